@@ -1,0 +1,44 @@
+"""Estimated vs measured peaks (seed-facts 2.1-2.2) and model-state parity with Megatron Bridge's estimator.
+
+Run: ``MBMEM_CORPUS_DIR=/tmp/corpus/unpacked .venv/bin/python bench/estimate_validation.py``
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from estimate_cases import MEASURED, PARITY, model_state_bytes  # noqa: E402
+
+from mbmem_lint.dev.corpus import ensure_corpus  # noqa: E402
+from mbmem_lint.estimate.api import estimate_values  # noqa: E402
+from mbmem_lint.estimate.parity import bridge_config, load_bridge_estimator  # noqa: E402
+
+GB, GIB = 1e9, 1024**3
+
+
+def main() -> None:
+    print("== estimated vs measured peak (max allocated; measured 'GB' read as GiB and as 1e9 B) ==")
+    print(f"{'case':<44} {'measured':>9} {'estimated':>10} {'err(GiB)':>9} {'err(GB)':>8}  full peak")
+    for name, values, ws, measured in MEASURED:
+        est = estimate_values(values, world_size=ws, name=name)
+        alloc = max(s.allocated_bytes for s in est.stages)
+        e_gib = (alloc - measured * GIB) / (measured * GIB) * 100
+        e_gb = (alloc - measured * GB) / (measured * GB) * 100
+        print(f"{name:<44} {measured:>9.3f} {alloc / GIB:>9.2f}G {e_gib:>8.1f}% {e_gb:>7.1f}%  "
+              f"{est.peak_bytes / GIB:.1f} GiB")
+    print()
+    print("== model-state parity with megatron.bridge estimate_training_memory (weights+grads+optimizer) ==")
+    mod = load_bridge_estimator(ensure_corpus())
+    for name, values, ws, dp in PARITY:
+        cfg = bridge_config(values, dp)
+        theirs = mod.estimate_training_memory(cfg, include_activation=False).weight_and_optimizer_bytes
+        ours = model_state_bytes(values, ws)
+        print(f"{name:<44} bridge {theirs / GIB:8.3f} GiB  ours {ours / GIB:8.3f} GiB  "
+              f"diff {(ours - theirs) / theirs * 100:+.3f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from mbmem_lint.cli import main
+
+main()

@@ -1,0 +1,131 @@
+"""The rule registry: every rule of the catalog (``rules/``, installed as ``mbmem_lint.rules``)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import textwrap
+
+from mbmem_lint.check.rule import FAMILIES, Rule
+
+RULE_MODULES = (
+    "parallel",
+    "recompute_offload",
+    "cuda_graphs_env",
+    "precision_optimizer",
+    "peft",
+    "schema_overrides",
+    "memory",
+)
+
+# Tool/input diagnostics (0xx): emitted by the engine and the parsers, not by catalog rules.
+TOOL_CODES: dict[str, tuple[str, str]] = {
+    "MBM001": ("rule-crashed", "A rule raised an exception on this file; linting continued without it."),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[Rule, ...]:
+    rules: list[Rule] = []
+    for mod in RULE_MODULES:
+        module = importlib.import_module(f"mbmem_lint.rules.{mod}")
+        rules.extend(module.RULES)
+    seen: dict[str, Rule] = {}
+    names: set[str] = set()
+    for r in rules:
+        r.validate()
+        if r.code in seen or r.name in names:
+            raise ValueError(f"duplicate rule code or name: {r.code} {r.name}")
+        seen[r.code] = r
+        names.add(r.name)
+    return tuple(sorted(rules, key=lambda r: r.code))
+
+
+def all_rules() -> list[Rule]:
+    return list(_load())
+
+
+def get_rule(code_or_name: str) -> Rule | None:
+    key = code_or_name.strip()
+    for r in _load():
+        if r.code == key.upper() or r.name == key.lower():
+            return r
+    return None
+
+
+def _indent_code(text: str) -> str:
+    return text.rstrip("\n")
+
+
+def rule_doc_markdown(rule: Rule) -> str:
+    """The rule's documentation page (ruff-style sections), generated from the rule object."""
+    lines = [f"# {rule.code} {rule.name}", ""]
+    fix = "Fix available" if rule.fix_applicability else "No fix"
+    lines += [f"**Family:** {rule.family} · **Default severity:** `{rule.severity}` · **{fix}**", ""]
+    lines += ["## What it does", "", rule.summary, ""]
+    lines += ["## Why is this bad?", "", rule.rationale, ""]
+    lines += ["## Example", ""]
+    for ex in rule.invalid[:2]:
+        lines += ["Flagged:", "", "```python", _indent_code(ex.code), "```", ""]
+        if ex.yaml:
+            lines += ["with the override:", "", "```yaml", ex.yaml.rstrip("\n"), "```", ""]
+        if ex.settings:
+            lines += ["with settings " + ", ".join(f"`{k} = {v!r}`" for k, v in ex.settings.items()), ""]
+    for ex in rule.valid[:1]:
+        lines += ["Not flagged:", "", "```python", _indent_code(ex.code), "```", ""]
+        if ex.yaml:
+            lines += ["```yaml", ex.yaml.rstrip("\n"), "```", ""]
+    lines += ["## Fix safety", ""]
+    if rule.fix_applicability:
+        lines += [f"`{rule.fix_applicability}`: {rule.fix_description}", ""]
+    else:
+        lines += ["No automatic fix.", ""]
+    lines += ["## Source behaviour", ""]
+    for s in rule.sources:
+        lines += [f"- `{s.ref}` — **{s.behaviour}**: {s.what}"]
+    lines += [""]
+    if rule.versions:
+        lines += ["## Version applicability", "", rule.versions, ""]
+    lines += ["## Configuration", ""]
+    lines += [f"Config fields: {', '.join(f'`{f}`' for f in rule.fields)}", ""]
+    lines += [
+        f"Disable with `ignore = [\"{rule.code}\"]` in `[tool.mbmem-lint]`, change the severity with",
+        f"`[tool.mbmem-lint.severity] {rule.code} = \"info\"`, or suppress one finding with",
+        f"`# mbmem: ignore[{rule.code}]` on the reported line or on the recipe's `def` line.",
+        "",
+    ]
+    if rule.references:
+        lines += ["## References", ""] + [f"- {r}" for r in rule.references] + [""]
+    return "\n".join(lines)
+
+
+def list_rules_text() -> str:
+    """``mbmem-lint rules``: one line per rule, grouped by family."""
+    out: list[str] = []
+    family = None
+    for r in _load():
+        if r.family != family:
+            family = r.family
+            out.append(f"{r.code[:4]}xx  {family}")
+        fix = "fix" if r.fix_applicability else "   "
+        out.append(f"  {r.code}  {r.severity:<7}  {fix}  {r.name}")
+    return "\n".join(out) + "\n"
+
+
+def explain_rule_text(code: str) -> str:
+    """``mbmem-lint rule MBMxxx``: the rule's documentation. Raises KeyError for unknown codes."""
+    if code.upper() in TOOL_CODES:
+        name, text = TOOL_CODES[code.upper()]
+        return f"# {code.upper()} {name}\n\n{text}\n"
+    rule = get_rule(code)
+    if rule is None:
+        raise KeyError(code)
+    return rule_doc_markdown(rule)
+
+
+def family_titles() -> dict[str, str]:
+    return dict(FAMILIES)
+
+
+def wrap(text: str, width: int = 100) -> str:
+    return "\n".join(textwrap.wrap(text, width))

@@ -1,0 +1,412 @@
+"""The rule model: metadata, source behaviour, examples and the check/fix callables.
+
+A rule (in the spirit of Fixit's ``LintRule`` and ruff's ``Violation``) is one object holding
+everything a human reviews: a stable code (``MBM`` + 3 digits, grouped by family), a kebab-case
+name, default severity, message, the config paths it is about, the rationale, the Megatron source
+behaviour it mirrors (file:line and what happens), version applicability, the fix safety and
+VALID / INVALID examples that run as tests. ``check`` yields :class:`Finding` objects from a
+:class:`RuleContext`; the engine turns them into :class:`~mbmem_lint.diagnostics.Diagnostic`.
+
+Families: 0xx tool/input, 1xx parallel layout, 2xx recompute & offload, 3xx CUDA graphs /
+allocator / env vars, 4xx precision / optimizer / DDP / FSDP, 5xx PEFT, 6xx schema & overrides,
+7xx memory capacity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mbmem_lint.diagnostics import Applicability, Edit, Fix, Location, Severity
+from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
+from mbmem_lint.resolve.resolved import UNKNOWN, ResolvedRecipe, Write, is_known
+from mbmem_lint.settings import Settings
+from mbmem_lint.sources import SourceFile
+
+FAMILIES: dict[str, str] = {
+    "0": "Tool and input diagnostics",
+    "1": "Parallel layout",
+    "2": "Recompute and offload",
+    "3": "CUDA graphs, allocator and environment variables",
+    "4": "Precision, optimizer, DDP and FSDP",
+    "5": "PEFT",
+    "6": "Schema and overrides",
+    "7": "Memory capacity",
+}
+
+Behaviour = Literal[
+    "raise",  # ValueError/TypeError/RuntimeError raised by Bridge or MCore
+    "assert",  # AssertionError
+    "silent-rewrite",  # the value is changed without an error (maybe a log line)
+    "runtime-crash",  # fails after the GPUs are allocated (build/train)
+    "oom",  # out of memory
+    "no-effect",  # the setting silently does nothing
+    "warning",  # a logged warning only
+    "cost",  # accepted, but costs memory or throughput
+]
+
+CODE_RE = re.compile(r"^MBM\d{3}$")
+NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+EXPECT_MARKER = "# <-"  # marks the expected line of an INVALID example
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """The Megatron behaviour a rule mirrors: ``megatron/<pkg>/<file>.py:<lines>`` and what happens."""
+
+    ref: str
+    behaviour: Behaviour
+    what: str
+
+
+@dataclass(frozen=True)
+class Example:
+    """A recipe snippet (Megatron Bridge style), optionally with a YAML override.
+
+    In an INVALID example the line the diagnostic must point at carries the marker ``# <-``
+    (in the Python code, or in the YAML when the finding is on an override key).
+    ``settings`` are ``[tool.mbmem-lint]`` keys (``{"torch-version": "2.10"}``).
+    """
+
+    code: str
+    yaml: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def expected_location(self) -> tuple[str, int] | None:
+        """(``"python"`` | ``"yaml"``, 1-based line) of the ``# <-`` marker."""
+        for kind, text in (("python", self.code), ("yaml", self.yaml or "")):
+            for i, line in enumerate(text.splitlines(), start=1):
+                if EXPECT_MARKER in line:
+                    return kind, i
+        return None
+
+
+@dataclass
+class Finding:
+    """One problem a rule found. ``location`` defaults to the anchor of ``fields[0]``."""
+
+    message: str
+    fields: list[str]
+    location: Location | None = None
+    severity: Severity | None = None  # overrides the rule default (e.g. a downgrade)
+    fix: Fix | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class RuleContext:
+    """What a rule sees: one resolved recipe (or one override file), settings and sources."""
+
+    def __init__(
+        self,
+        recipe: ResolvedRecipe | None,
+        settings: Settings,
+        sources: dict[str, SourceFile],
+        overrides: list[OverrideFile] | None = None,
+        override_file: OverrideFile | None = None,
+    ) -> None:
+        self.recipe = recipe
+        self.settings = settings
+        self.sources = sources
+        self.overrides = overrides or []
+        self.override_file = override_file
+
+    # -- values ---------------------------------------------------------------------------
+    @property
+    def r(self) -> ResolvedRecipe:
+        assert self.recipe is not None, "recipe rule run without a recipe"
+        return self.recipe
+
+    def get(self, path: str) -> Any:
+        """Effective value (after runtime rewrites); UNKNOWN when unresolvable. A field the resolver
+        did not list falls back to its dataclass default from the schema (when the section is known)."""
+        if path in self.r.fields:
+            return self.r.get(path)
+        return _schema_default(self.r, path)
+
+    def pre(self, path: str) -> Any:
+        """Value as the recipe left it, before runtime rewrites."""
+        if path in self.r.pre_runtime:
+            return self.r.pre_runtime[path]
+        return self.r.get(path)
+
+    def known(self, path: str) -> bool:
+        return is_known(self.get(path))
+
+    def is_true(self, path: str, *, pre: bool = False) -> bool:
+        v = self.pre(path) if pre else self.get(path)
+        return is_known(v) and v is True
+
+    def is_off(self, path: str, *, pre: bool = False) -> bool:
+        """Known and falsy (False, None, 0, empty)."""
+        v = self.pre(path) if pre else self.get(path)
+        return is_known(v) and not v
+
+    def as_int(self, path: str, default: int | None = None, *, pre: bool = False) -> int | None:
+        """Known int value; ``default`` when the value is known to be None; None when unknown."""
+        v = self.pre(path) if pre else self.get(path)
+        if not is_known(v):
+            return None
+        if v is None:
+            return default
+        if isinstance(v, bool):
+            return int(v)
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        return None
+
+    def as_str(self, path: str, *, pre: bool = False) -> str | None:
+        v = self.pre(path) if pre else self.get(path)
+        return v if is_known(v) and isinstance(v, str) else None
+
+    def value_is(self, path: str, *values: Any, pre: bool = False) -> bool:
+        v = self.pre(path) if pre else self.get(path)
+        return is_known(v) and any(v == x for x in values)
+
+    def section_class(self, section: str) -> str | None:
+        return self.r.section_class(section)
+
+    def as_list(self, path: str, *, pre: bool = False) -> list[Any] | None:
+        v = self.pre(path) if pre else self.get(path)
+        if not is_known(v):
+            return None
+        if v is None:
+            return []
+        if isinstance(v, (list, tuple)):
+            return list(v)
+        if isinstance(v, str):
+            return [v]
+        return None
+
+    # -- parallel sizes -----------------------------------------------------------------------
+    def tp(self) -> int | None:
+        return self.as_int("model.tensor_model_parallel_size", 1)
+
+    def pp(self) -> int | None:
+        return self.as_int("model.pipeline_model_parallel_size", 1)
+
+    def cp(self) -> int | None:
+        return self.as_int("model.context_parallel_size", 1)
+
+    def ep(self) -> int | None:
+        return self.as_int("model.expert_model_parallel_size", 1)
+
+    def vpp(self) -> int | None:
+        """VPP (None when unset *or* unknown; check ``known`` first when it matters)."""
+        return self.as_int("model.virtual_pipeline_model_parallel_size", None)
+
+    def world_size(self) -> int | None:
+        return self.r.target.world_size
+
+    def dp(self) -> int | None:
+        ws, tp, pp, cp = self.world_size(), self.tp(), self.pp(), self.cp()
+        if ws is None or tp is None or pp is None or cp is None or tp * pp * cp == 0:
+            return None
+        if ws % (tp * pp * cp):
+            return None
+        return ws // (tp * pp * cp)
+
+    # -- environment ----------------------------------------------------------------------------
+    def env(self, name: str) -> Any:
+        """``cfg.env_vars[name]`` as the recipe declares it: the raw Python value, None when the
+        recipe does not set it, UNKNOWN when that cannot be known. (The launcher's environment
+        wins over ``cfg.env_vars``; rules say so in their notes.)"""
+        key = f"env_vars.{name}"
+        if key in self.r.fields:
+            return self.pre(key)  # before runtime rewrites (e.g. nccl_ub forcing NCCL_NVLS_ENABLE=1)
+        whole = self.pre("env_vars")
+        if isinstance(whole, dict):
+            if name in whole:
+                return whole[name]
+            return None
+        if "env_vars" in self.r.fields and not is_known(whole):
+            return UNKNOWN
+        return None
+
+    def env_str(self, name: str) -> str | None | Any:
+        """The string ``os.environ`` gets (``str(value)``), None when unset, UNKNOWN when unknown."""
+        v = self.env(name)
+        if v is None or not is_known(v):
+            return v
+        return str(v)
+
+    def env_names(self) -> list[str]:
+        names = {p[len("env_vars."):] for p in self.r.fields if p.startswith("env_vars.")}
+        whole = self.pre("env_vars")
+        if isinstance(whole, dict):
+            names.update(str(k) for k in whole if k != "_target_")
+        return sorted(names)
+
+    def env_anchor(self, name: str) -> Location:
+        key = f"env_vars.{name}"
+        if key in self.r.fields:
+            return self.pre_anchor(key)
+        return self.pre_anchor("env_vars")
+
+    def env_known(self) -> bool:
+        """False when ``cfg.env_vars`` as a whole cannot be known (e.g. ``{**unknown()}``)."""
+        if "env_vars" in self.r.fields:
+            return is_known(self.r.get("env_vars")) or any(p.startswith("env_vars.") for p in self.r.fields)
+        return True
+
+    # -- writes -------------------------------------------------------------------------------------
+    def writes(self, path: str) -> list[Write]:
+        return [w for w in self.r.writes if w.path == path]
+
+    def last_write(self, path: str) -> Write | None:
+        ws = self.writes(path)
+        return ws[-1] if ws else None
+
+    def user_write(self, path: str) -> Write | None:
+        """The last write before runtime rewrites (what the recipe, library or overrides set)."""
+        for w in reversed(self.r.writes):
+            if w.path == path and w.origin != "runtime":
+                return w
+        return None
+
+    def explicitly_set(self, path: str) -> bool:
+        w = self.user_write(path)
+        if w is not None:
+            return w.origin not in ("default", "model-table")
+        f = self.r.fields.get(path)
+        return f is not None and f.origin not in ("default", "model-table", "runtime")
+
+    def pre_anchor(self, path: str) -> Location:
+        """Where the value as the recipe left it was set (not where a runtime rewrite happened)."""
+        w = self.user_write(path)
+        if w is not None and w.origin not in ("default", "model-table"):
+            return w.anchor
+        return self.r.anchor(path)
+
+    def anchor(self, path: str) -> Location:
+        return self.r.anchor(path)
+
+    def recent(self, paths: list[str]) -> list[str]:
+        """``paths`` with the most recently written first: findings point at the latest change."""
+        order = {w.path: i for i, w in enumerate(self.r.writes)}
+        return sorted(paths, key=lambda p: -order.get(p, -1))
+
+    # -- fixes ----------------------------------------------------------------------------------------
+    def fix(
+        self,
+        description: str,
+        applicability: Applicability,
+        build: Callable[[], list[Edit] | None],
+        saving_bytes: int | None = None,
+    ) -> Fix | None:
+        """A :class:`Fix` from ``build()`` (which calls :mod:`mbmem_lint.fix.edits`), or None when the
+        edit primitives are unavailable or cannot express the change (a fix is always optional)."""
+        try:
+            edits = build()
+        except Exception:  # fix builders must never break linting
+            return None
+        if not edits:
+            return None
+        return Fix(description, applicability, list(edits), saving_bytes)
+
+
+_SCHEMA: list[Any] = []
+
+
+def _load_schema() -> Any:
+    if not _SCHEMA:
+        try:
+            from mbmem_lint.resolve.schema import Schema
+
+            _SCHEMA.append(Schema.load())
+        except Exception:  # no shipped schema: no defaults
+            _SCHEMA.append(None)
+    return _SCHEMA[0]
+
+
+def _schema_default(recipe: ResolvedRecipe, path: str) -> Any:
+    parts = path.split(".")
+    if len(parts) != 2 or parts[0] == "env_vars":
+        return UNKNOWN
+    section, name = parts
+    sec_val = recipe.get(section)
+    if section in recipe.fields and (not is_known(sec_val) or sec_val is None):
+        return UNKNOWN
+    schema = _load_schema()
+    if schema is None:
+        return UNKNOWN
+    qual = recipe.section_class(section)
+    cls = schema.get(qual) if qual else schema.section_class(section)
+    if cls is None:
+        return UNKNOWN
+    fs = None
+    for q in schema.mro(cls.qualname) or [cls.qualname]:
+        c = schema.get(q)
+        if c is not None and name in c.fields:
+            fs = c.fields[name]
+            break
+    if fs is None:
+        return UNKNOWN
+    d = fs.default
+    if "value" in d:
+        return d["value"]
+    if "symbol" in d:
+        return d["symbol"]
+    return UNKNOWN
+
+
+CheckFn = Callable[[RuleContext], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    summary: str  # one line: what the rule flags (the message template's gist)
+    fields: tuple[str, ...]  # config paths involved
+    rationale: str  # "Why is this bad"
+    sources: tuple[SourceRef, ...]
+    check: CheckFn
+    valid: tuple[Example, ...]
+    invalid: tuple[Example, ...]
+    fix_applicability: Applicability | None = None  # None: the rule has no fix
+    fix_description: str = ""
+    versions: str = ""  # version applicability (torch / megatron-core), empty when none
+    scope: Literal["recipe", "overrides"] = "recipe"
+    references: tuple[str, ...] = ()  # issues/PRs (seed-facts), rules-from-source section
+
+    @property
+    def family(self) -> str:
+        return FAMILIES.get(self.code[3], "Other")
+
+    def validate(self) -> None:
+        if not CODE_RE.match(self.code):
+            raise ValueError(f"bad rule code {self.code!r}")
+        if not NAME_RE.match(self.name):
+            raise ValueError(f"{self.code}: rule name must be kebab-case: {self.name!r}")
+        if not self.sources:
+            raise ValueError(f"{self.code}: a rule must cite the Megatron source behaviour")
+        if not self.valid or not self.invalid:
+            raise ValueError(f"{self.code}: a rule needs VALID and INVALID examples")
+        for ex in self.invalid:
+            if ex.expected_location() is None:
+                raise ValueError(f"{self.code}: INVALID example without a '{EXPECT_MARKER}' marker")
+
+
+def findings(gen: Callable[[RuleContext], Iterator[Finding]]) -> CheckFn:
+    """Identity decorator that documents a generator check function."""
+    return gen
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """``"2.10.0a0+git"`` → ``(2, 10, 0)``; None when absent or unparsable."""
+    if not text:
+        return None
+    m = re.match(r"^\s*(\d+(?:\.\d+)*)", text)
+    if not m:
+        return None
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+def override_entries(ctx: RuleContext) -> list[OverrideEntry]:
+    return list(ctx.override_file.entries) if ctx.override_file else []

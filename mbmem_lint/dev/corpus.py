@@ -1,0 +1,56 @@
+"""The megatron-bridge 0.6.2 / megatron-core 0.19.2 wheels, downloaded and unpacked for tests and benches.
+
+Never committed: ``ensure_corpus()`` fetches them with ``pip download`` into ``.cache/corpus``
+(or uses ``$MBMEM_CORPUS_DIR`` when set, a folder holding ``megatron/bridge`` and ``megatron/core``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+MEGATRON_BRIDGE = "megatron-bridge==0.6.2"
+MEGATRON_CORE = "megatron-core==0.19.2"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_cache_dir() -> Path:
+    return REPO_ROOT / ".cache" / "corpus"
+
+
+def ensure_corpus(cache_dir: Path | None = None) -> Path:
+    """Folder containing ``megatron/bridge`` and ``megatron/core`` sources (downloaded once)."""
+    env = os.environ.get("MBMEM_CORPUS_DIR")
+    if env and (Path(env) / "megatron" / "bridge").is_dir():
+        return Path(env)
+    cache = cache_dir or default_cache_dir()
+    unpacked = cache / "unpacked"
+    marker = unpacked / ".complete"
+    if marker.is_file():
+        return unpacked
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--python-version", "3.12",
+        "--only-binary=:all:", "--dest", str(wheels), MEGATRON_BRIDGE, MEGATRON_CORE,
+    ]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    unpacked.mkdir(parents=True, exist_ok=True)
+    for whl in sorted(wheels.glob("*.whl")):
+        with zipfile.ZipFile(whl) as zf:
+            for name in zf.namelist():
+                # Only Python sources are needed; skip compiled extensions and metadata.
+                if name.startswith("megatron/") and name.endswith(".py"):
+                    zf.extract(name, unpacked)
+    marker.write_text("ok\n")
+    return unpacked
+
+
+def recipe_files(corpus: Path) -> list[Path]:
+    """Every ``.py`` file under ``recipes/`` and ``perf_recipes/`` (the lint corpus), sorted."""
+    bridge = corpus / "megatron" / "bridge"
+    files = list((bridge / "recipes").rglob("*.py")) + list((bridge / "perf_recipes").rglob("*.py"))
+    return sorted(files)

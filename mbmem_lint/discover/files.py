@@ -1,0 +1,126 @@
+"""Paths on the command line → the recipe ``.py`` and YAML override files to lint, read once.
+
+Folders are walked without following symlinks (no loops); hidden folders, virtual environments and
+caches are skipped; ``include``/``exclude`` globs from ``[tool.mbmem-lint]`` apply relative to the
+pyproject's folder. Files that are too large, binary, not UTF-8 or unreadable become a one-line
+diagnostic instead of an error.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mbmem_lint.diagnostics import Diagnostic, Location
+from mbmem_lint.settings import Settings, path_matches
+from mbmem_lint.sources import SourceFile, SourceKind
+
+PYTHON_SUFFIXES = (".py",)
+YAML_SUFFIXES = (".yaml", ".yml")
+MAX_PYTHON_BYTES = 2_000_000
+MAX_YAML_BYTES = 1_000_000
+SKIP_DIRS = {
+    ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".ruff_cache",
+    ".pytest_cache", "node_modules", "site-packages", "build", "dist", ".cache", ".eggs",
+}
+
+
+class MissingPathError(Exception):
+    """A path given on the command line does not exist (exit code 2)."""
+
+
+@dataclass
+class Discovered:
+    python: list[SourceFile] = field(default_factory=list)
+    yaml: list[SourceFile] = field(default_factory=list)
+    explicit_yaml: set[str] = field(default_factory=set)  # YAML files named directly (always overrides)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def _kind(path: Path) -> SourceKind | None:
+    if path.suffix in PYTHON_SUFFIXES:
+        return "python"
+    if path.suffix in YAML_SUFFIXES:
+        return "yaml"
+    return None
+
+
+def _skipped(path: str, why: str) -> Diagnostic:
+    return Diagnostic(code="MBM004", name="file-skipped", severity="warning",
+                      message=f"skipped: {why}", location=Location(path, 1, 1))
+
+
+def read_source(path: str, kind: SourceKind) -> SourceFile | Diagnostic:
+    limit = MAX_PYTHON_BYTES if kind == "python" else MAX_YAML_BYTES
+    try:
+        st = os.stat(path)
+        if st.st_size > limit:
+            return _skipped(path, f"too large ({st.st_size:,} bytes; the limit is {limit:,})")
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        return _skipped(path, f"cannot read: {exc.strerror or exc}")
+    if len(raw) > limit:
+        return _skipped(path, f"too large (over {limit:,} bytes)")
+    if b"\x00" in raw:
+        return _skipped(path, "binary file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return _skipped(path, f"not UTF-8 text (byte {exc.start})")
+    return SourceFile(path, text, kind, st.st_mtime_ns)
+
+
+def _excluded(path: Path, settings: Settings) -> bool:
+    rel = settings.relative(path)
+    return any(path_matches(rel, pat) for pat in settings.exclude)
+
+
+def _included(path: Path, settings: Settings) -> bool:
+    if not settings.include:
+        return True
+    rel = settings.relative(path)
+    return any(path_matches(rel, pat) for pat in settings.include)
+
+
+def discover(paths: list[str], settings: Settings) -> Discovered:
+    out = Discovered()
+    seen: set[str] = set()
+    files: list[tuple[str, SourceKind, bool]] = []
+    for given in paths:
+        p = Path(given)
+        if not p.exists() and not p.is_symlink():
+            raise MissingPathError(given)
+        if p.is_dir():
+            for root, dirs, names in os.walk(given, followlinks=False):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                for name in sorted(names):
+                    fp = Path(root) / name
+                    kind = _kind(fp)
+                    if kind is None or fp.is_symlink() and not fp.exists():
+                        continue
+                    if _excluded(fp, settings) or not _included(fp, settings):
+                        continue
+                    files.append((fp.as_posix() if given != "." else fp.as_posix().removeprefix("./"), kind, False))
+        else:
+            kind = _kind(p)
+            if kind is None or _excluded(p, settings):
+                continue
+            files.append((given, kind, True))
+    for path, kind, explicit in files:
+        key = os.path.realpath(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        src = read_source(path, kind)
+        if isinstance(src, Diagnostic):
+            out.diagnostics.append(src)
+            continue
+        if kind == "python":
+            out.python.append(src)
+        else:
+            out.yaml.append(src)
+            if explicit:
+                out.explicit_yaml.add(path)
+    return out

@@ -1,0 +1,151 @@
+"""Activation bytes saved for backward, per layer and microbatch (Korthikanti et al. 2022, with the real
+architecture): each sublayer returns named terms so recompute and offload can drop exactly what they drop.
+
+Symbols: T = seq·mbs/CP tokens on this rank, t = TP, ``r`` = 1/t under SP (sequence-sharded
+replicated tensors) else 1. 16-bit activations (2 B); GEMM inputs TE stores in FP8 are 1 B.
+"""
+
+from __future__ import annotations
+
+from mbmem_lint.estimate.inputs import Inputs
+from mbmem_lint.estimate.params import layer_sublayers
+
+# Selective-recompute module -> activation terms it frees (MCore TransformerConfig.recompute_modules).
+RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("core_attn_internal",),
+    "layernorm": ("qkv_linear", "mlp_fc1_in", "mamba_in"),
+    "mlp": ("mlp_fc1_out", "mlp_act_out", "lora_fc1"),
+    "moe_act": ("moe_act", "shared_act"),
+    "moe": ("router", "expert_fc1_in", "expert_fc1_out", "moe_act", "expert_combine", "shared_fc1_out",
+            "shared_act"),
+    "shared_experts": ("shared_fc1_out", "shared_act"),
+    "mla_up_proj": ("mla_up",),
+}
+# Fine-grained activation offloading module -> terms moved to host memory (MCore offload_modules).
+OFFLOAD_TERMS: dict[str, tuple[str, ...]] = {
+    "attn_norm": ("attn_norm",),
+    "qkv_linear": ("qkv_linear",),
+    "core_attn": ("core_attn",),
+    "attn_proj": ("attn_proj",),
+    "mlp_norm": ("mlp_norm",),
+    "expert_fc1": ("expert_fc1_in",),
+    "moe_act": ("moe_act",),
+}
+
+
+def tokens(inp: Inputs) -> float:
+    return inp.train.seq * inp.train.mbs / inp.par.cp
+
+
+def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
+    """Named activation terms (bytes) of one layer for one microbatch, before recompute/offload."""
+    s, p = inp.shape, inp.par
+    T, t = tokens(inp), p.tp
+    r = 1.0 / t if p.sp else 1.0
+    g8 = 1.0 if inp.prec.fp8 else 2.0  # GEMM-input bytes
+    h = s.hidden
+    drop = s.hidden_dropout > 0
+    lora = inp.peft
+    lora_gather = lora is not None and p.sp and t > 1
+    out: dict[str, float] = {}
+
+    def add(k: str, v: float) -> None:
+        out[k] = out.get(k, 0.0) + v
+
+    for kind in layer_sublayers(s, index):
+        if kind in ("attn", "mla"):
+            add("attn_norm", 2 * T * h * r)
+            add("qkv_linear", g8 * T * h * r)
+            if kind == "attn":
+                a, g, d = s.heads, s.groups, s.kv_channels
+                add("core_attn", (2 * T * (a + 2 * g) * d + 2 * T * a * d + 4 * T * a) / t)
+                proj_in = T * a * d / t
+            else:
+                a, qk, pe, v = s.heads, s.qk_head_dim, s.qk_pos_dim, s.v_head_dim
+                add("mla_down", 2 * T * ((s.q_lora_rank or 0) + s.kv_lora_rank + pe) * 2)
+                add("mla_up", 2 * T * a * (qk + pe + qk + v) / t)
+                add("core_attn", (2 * T * a * (2 * (qk + pe) + v) + 2 * T * a * v + 4 * T * a) / t)
+                proj_in = T * a * v / t
+            if not inp.rt.flash:
+                sl = inp.train.seq / p.cp
+                add("core_attn_internal", s.heads * T * sl / t * (2 + (3 if s.attention_dropout > 0 else 0)))
+            if inp.prec.fp8:
+                add("attn_proj", proj_in)  # FP8 copy of the projection input (the bf16 O is kept by attention)
+            if drop:
+                add("attn_dropout", T * h * r)
+            if lora_gather and lora is not None:
+                n = sum(1 for x in lora.targets if x in ("linear_qkv", "linear_q", "linear_k", "linear_v"))
+                if n and not lora.regather:
+                    add("lora_qkv", 2 * T * h * (1 if lora.kind != "canonical_lora" else n))
+        elif kind in ("mlp", "moe"):
+            add("mlp_norm", 2 * T * h * r)
+            add("mlp_fc1_in", g8 * T * h * r)
+            glu = 2 if s.glu else 1
+            if kind == "mlp":
+                add("mlp_fc1_out", 2 * T * s.ffn * glu / t)
+                add("mlp_act_out", g8 * T * s.ffn / t)
+                if lora_gather and lora is not None and not lora.regather and any(
+                        x.startswith("linear_fc1") for x in lora.targets):
+                    add("lora_fc1", 2 * T * h)
+            else:
+                local = T * r
+                routed = local * s.topk * p.etp
+                add("router", 8 * local * s.num_experts)
+                add("expert_fc1_in", g8 * routed * h)
+                add("expert_fc1_out", 2 * routed * s.moe_ffn * glu / p.etp)
+                add("moe_act", g8 * routed * s.moe_ffn / p.etp)
+                add("expert_combine", 2 * routed * h)
+                if s.shared_ffn:
+                    add("shared_fc1_out", 2 * T * s.shared_ffn * glu / t)
+                    add("shared_act", g8 * T * s.shared_ffn / t)
+            if drop:
+                add("mlp_dropout", T * h * r)
+        elif kind == "mamba":
+            di = s.mamba_heads * s.mamba_head_dim
+            gs = s.mamba_groups * s.mamba_state
+            add("attn_norm", 2 * T * h * r)
+            add("mamba_in", g8 * T * h * r)
+            add("mamba_internal", 2 * T * (7 * di + 4 * gs + s.mamba_heads) / t)
+            if drop:
+                add("mlp_dropout", T * h * r)
+    return out
+
+
+def layer_input_bytes(inp: Inputs) -> float:
+    """What full recompute keeps per checkpoint: the layer (group) input."""
+    r = 1.0 / inp.par.tp if inp.par.sp else 1.0
+    return 2 * tokens(inp) * inp.shape.hidden * r
+
+
+def selective_drops(inp: Inputs) -> set[str]:
+    if inp.rec.granularity != "selective":
+        return set()
+    dropped: set[str] = set()
+    for m in inp.rec.modules:
+        dropped.update(RECOMPUTE_DROPS.get(m, ()))
+    return dropped
+
+
+def offloaded_terms(inp: Inputs) -> set[str]:
+    if not inp.off.fine_grained:
+        return set()
+    out: set[str] = set()
+    for m in inp.off.modules:
+        out.update(OFFLOAD_TERMS.get(m, ()))
+    return out
+
+
+def embedding_activation(inp: Inputs) -> float:
+    """First stage, per microbatch: token ids/positions (int64) + embedding dropout mask."""
+    T = tokens(inp)
+    r = 1.0 / inp.par.tp if inp.par.sp else 1.0
+    return 8 * T + (T * inp.shape.hidden * r if inp.shape.hidden_dropout > 0 else 0)
+
+
+def output_activation(inp: Inputs) -> float:
+    """Last stage, one microbatch: final-norm input and output-layer input (2·2T·h·r), fp32 softmax saved by
+    the vocab-parallel cross-entropy (4·T·V/t) and the bf16 logits/grad transient (2·T·V/t)."""
+    T, t = tokens(inp), inp.par.tp
+    r = 1.0 / t if inp.par.sp else 1.0
+    heads = 1 + inp.shape.mtp_layers
+    return 4 * T * inp.shape.hidden * r * heads + 6 * T * inp.shape.vocab / t

@@ -1,0 +1,165 @@
+"""``estimate_recipe``: per-rank memory estimate of each pipeline stage against the target GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mbmem_lint.estimate.activations import (
+    embedding_activation,
+    layer_input_bytes,
+    layer_terms,
+    offloaded_terms,
+    output_activation,
+    selective_drops,
+)
+from mbmem_lint.estimate.gpus import GpuSpec, resolve_gpu
+from mbmem_lint.estimate.inputs import Inputs, read_inputs
+from mbmem_lint.estimate.model_state import model_state_components, stage_params
+from mbmem_lint.estimate.overheads import (
+    cuda_graph_component,
+    ddp_padding_component,
+    fragmentation_component,
+    runtime_components,
+)
+from mbmem_lint.estimate.pipeline import inflight_microbatches, stage_layer_indices
+from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
+from mbmem_lint.resolve.resolved import ResolvedRecipe
+
+__all__ = ["estimate_recipe", "estimate_values", "EstimateUnavailable", "DEFAULT_GPU"]
+
+DEFAULT_GPU = "h100-80gb"
+
+ACT_FIELDS = ["model.seq_length", "train.micro_batch_size", "model.hidden_size", "model.ffn_hidden_size",
+              "model.tensor_model_parallel_size", "model.sequence_parallel", "model.context_parallel_size",
+              "model.recompute_granularity", "model.recompute_modules", "model.pipeline_model_parallel_size",
+              "model.virtual_pipeline_model_parallel_size"]
+
+
+def _activation_components(inp: Inputs, layers: list[int], rank: int) -> tuple[list[Component], float]:
+    par = inp.par
+    inflight = inflight_microbatches(par, rank, inp.train.num_microbatches)
+    dropped = selective_drops(inp)
+    offl = offloaded_terms(inp)
+    per_layer: list[float] = []
+    offloaded = 0.0
+    for i in layers:
+        terms = layer_terms(inp, i)
+        per_layer.append(sum(v for k, v in terms.items() if k not in dropped and k not in offl))
+        offloaded += sum(v for k, v in terms.items() if k in offl and k not in dropped)
+    comps: list[Component] = []
+    fields = list(ACT_FIELDS)
+    if inp.shape.num_experts:
+        fields += ["model.moe_router_topk", "model.moe_ffn_hidden_size", "model.expert_tensor_parallel_size"]
+    if inp.peft is not None:
+        fields += ["peft.sequence_parallel_input_regather", "peft.target_modules"]
+    transient = 0.0
+    if inp.rec.granularity == "full" and per_layer:
+        n = max(1, inp.rec.num_layers)
+        keep = layer_input_bytes(inp)
+        v = par.vpp or 1
+        chunk = max(1, len(per_layer) // v)
+        stored = 0.0
+        for start in range(0, len(per_layer), chunk):
+            block = per_layer[start:start + chunk]
+            if inp.rec.method == "block":
+                stored += keep * min(n, len(block)) + sum(block[n:])
+                transient = max(transient, max(block[:n], default=0.0))
+            else:  # uniform: groups of n layers keep only the group input
+                groups = -(-len(block) // n)
+                stored += keep * groups
+                transient = max(transient, sum(block[:n]))
+        fields += ["model.recompute_method", "model.recompute_num_layers"]
+    else:
+        stored = sum(per_layer)
+    act = stored * inflight
+    if inp.off.fine_grained and offloaded:
+        # Offloaded tensors leave the GPU except a one-layer double buffer.
+        one = offloaded / max(1, len(layers))
+        act += one
+        fields += ["model.fine_grained_activation_offloading", "model.offload_modules"]
+    if inp.off.cpu_offloading and inp.off.cpu_activations and inp.off.cpu_layers > 0 and per_layer:
+        k = min(inp.off.cpu_layers, len(per_layer))
+        act -= max(0.0, sum(per_layer[:k]) - per_layer[0]) * inflight
+        fields += ["model.cpu_offloading", "model.cpu_offloading_num_layers"]
+    comps.append(Component(f"activations ({len(layers)} layers x {inflight:g} microbatches)", int(act), fields,
+                           kind="activation"))
+    if transient:
+        comps.append(Component("full-recompute transient", int(transient), [
+            "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers"],
+            kind="activation"))
+    return comps, inflight
+
+
+def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
+    par = inp.par
+    assumptions = list(inp.assumptions)
+    stages_layers = stage_layer_indices(inp.shape.num_layers, par, assumptions)
+    runtime = runtime_components(inp, gpu)
+    stages: list[StageEstimate] = []
+    for rank, layers in enumerate(stages_layers):
+        first, last = rank == 0, rank == par.pp - 1
+        base, adapters = stage_params(inp, layers, first, last)
+        comps = model_state_components(inp, base, adapters, gpu.family)
+        act_comps, inflight = _activation_components(inp, layers, rank)
+        comps += act_comps
+        if first:
+            comps.append(Component("embedding activations", int(embedding_activation(inp) * inflight), [
+                "model.seq_length", "train.micro_batch_size", "model.hidden_dropout"], kind="activation"))
+        if last:
+            comps.append(Component("logits + cross-entropy (fp32)", int(output_activation(inp)), [
+                "model.vocab_size", "model.seq_length", "train.micro_batch_size",
+                "model.tensor_model_parallel_size"], kind="activation"))
+        act_total = sum(c.bytes for c in act_comps)
+        graph = cuda_graph_component(inp, gpu, layers, inflight, act_total)
+        if graph is not None:
+            comps.append(graph)
+        pad = ddp_padding_component(inp, (base.tp / par.tp + base.rep) if inp.peft is None else 0.0)
+        if pad is not None:
+            comps.append(pad)
+        comps += runtime
+        comps.append(fragmentation_component(inp, gpu, comps))
+        stages.append(StageEstimate(rank, [c for c in comps if c.bytes > 0 or c.kind == "state"], len(layers)))
+    if inp.rt.graph_impl not in ("none", ""):
+        assumptions.append("CUDA-graph pool: fixed base plus static input/output buffers per graphed layer and "
+                           "in-flight microbatch (order-of-magnitude model)")
+    parallelism: dict[str, int | None] = {"tp": par.tp, "pp": par.pp, "vpp": par.vpp, "cp": par.cp, "ep": par.ep,
+                                          "etp": par.etp, "dp": par.dp, "edp": par.edp}
+    return Estimate(recipe_name, gpu, par.world_size, parallelism, stages, assumptions)
+
+
+def estimate_values(values: Mapping[str, Any] | Any, *, gpu: str | GpuSpec = DEFAULT_GPU,
+                    world_size: int | None = None, name: str = "<values>") -> Estimate:
+    """Estimate from a getter (``path -> value``) or a flat mapping; used for what-if re-estimates."""
+    get = values.get if isinstance(values, Mapping) else values
+    spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(gpu)
+    inp = read_inputs(get, world_size)
+    return _build(inp, spec, name)
+
+
+def recipe_getter(recipe: ResolvedRecipe, overrides: Mapping[str, Any] | None = None) -> Any:
+    if not overrides:
+        return recipe.get
+    ov = dict(overrides)
+
+    def get(path: str) -> Any:
+        return ov[path] if path in ov else recipe.get(path)
+
+    return get
+
+
+def estimate_recipe(recipe: ResolvedRecipe, *, gpu: str | None = None, world_size: int | None = None,
+                    overrides: Mapping[str, Any] | None = None) -> Estimate:
+    """Per-stage estimate of ``recipe`` on ``gpu`` (default: the recipe's target, else H100 80GB).
+
+    Raises :class:`EstimateUnavailable` when the model shape is unknown and
+    :class:`~mbmem_lint.estimate.gpus.UnknownGpuError` for an unknown GPU name.
+    """
+    gpu_name = gpu or recipe.target.gpu
+    assumed_gpu = gpu_name is None
+    ws = world_size if world_size is not None else recipe.target.world_size
+    inp = read_inputs(recipe_getter(recipe, overrides), ws)
+    est = _build(inp, resolve_gpu(gpu_name or DEFAULT_GPU), f"{recipe.path}::{recipe.function}")
+    if assumed_gpu:
+        est.assumptions.insert(0, f"target GPU unknown; assumed {DEFAULT_GPU}")
+    return est

@@ -1,0 +1,446 @@
+"""Read the fields the estimate needs from a recipe into plain typed values.
+
+Every UNKNOWN is handled here, once: either a documented default (recorded in
+``assumptions``) or :class:`EstimateUnavailable` for the model shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mbmem_lint.estimate.types import EstimateUnavailable
+from mbmem_lint.resolve.resolved import Unknown, is_known
+
+Getter = Callable[[str], Any]
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+               "float8_e4m3fn": 1, "uint8": 1, "int8": 1}
+DEFAULT_VOCAB = 131072
+LORA_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+
+
+def dtype_bytes(value: Any, default: int) -> int:
+    if not isinstance(value, str):
+        return default
+    return DTYPE_BYTES.get(value.rsplit(".", 1)[-1].lower(), default)
+
+
+class Reader:
+    """Typed access to recipe values with default handling and assumption logging."""
+
+    def __init__(self, get: Getter) -> None:
+        self._get = get
+        self.assumptions: list[str] = []
+
+    def raw(self, path: str) -> Any:
+        return self._get(path)
+
+    def known(self, path: str) -> bool:
+        v = self._get(path)
+        return v is not None and is_known(v) and not isinstance(v, Unknown)
+
+    def value(self, path: str, default: Any = None, *, note: str | None = None) -> Any:
+        v = self._get(path)
+        if isinstance(v, Unknown) or not is_known(v):
+            if note is not None:
+                self.assumptions.append(f"{path} is not statically known; assumed {default!r} ({note})")
+            return default
+        return v
+
+    def int_(self, path: str, default: int | None, *, note: str | None = None) -> int | None:
+        v = self.value(path, default, note=note)
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            return default
+        return int(v)
+
+    def pos(self, path: str, default: int, *, note: str | None = None) -> int:
+        v = self.int_(path, default, note=note)
+        return v if v is not None and v > 0 else default
+
+    def bool_(self, path: str, default: bool, *, note: str | None = None) -> bool:
+        v = self.value(path, default, note=note)
+        return bool(v) if isinstance(v, (bool, int)) else default
+
+    def float_(self, path: str, default: float, *, note: str | None = None) -> float:
+        v = self.value(path, default, note=note)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
+@dataclass
+class Shape:
+    num_layers: int
+    hidden: int
+    heads: int
+    groups: int
+    kv_channels: int
+    ffn: int
+    vocab: int  # padded
+    glu: bool
+    rmsnorm: bool
+    add_bias_linear: bool
+    add_qkv_bias: bool
+    qk_layernorm: bool
+    tied: bool
+    learned_pos: bool
+    max_pos: int
+    # MoE
+    num_experts: int
+    moe_ffn: int
+    topk: int
+    shared_ffn: int
+    shared_gate: bool
+    moe_pattern: list[bool]
+    moe_latent: int | None
+    # MLA
+    mla: bool
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_head_dim: int
+    qk_pos_dim: int
+    v_head_dim: int
+    # Mamba / hybrid: one symbol per layer (None for plain GPT)
+    hybrid: str | None
+    mamba_heads: int
+    mamba_head_dim: int
+    mamba_state: int
+    mamba_groups: int
+    mamba_conv: int
+    mtp_layers: int
+    hidden_dropout: float
+    attention_dropout: float
+
+
+@dataclass
+class Par:
+    tp: int
+    pp: int
+    vpp: int | None
+    cp: int
+    ep: int
+    etp: int
+    dp: int
+    edp: int
+    sp: bool
+    world_size: int | None
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    account_embedding: bool
+    account_loss: bool
+
+
+@dataclass
+class Train:
+    seq: int
+    mbs: int
+    num_microbatches: int | None
+
+
+@dataclass
+class Precision:
+    param_bytes: int
+    grad_bytes: int
+    fp8: bool  # fp8/fp4 compute
+    fp8_recipe: str
+    fp8_param: bool
+    transpose_cache: bool
+
+
+@dataclass
+class Optim:
+    name: str  # adam | sgd | muon
+    distributed: bool
+    instances: int
+    main_param_bytes: int
+    state_bytes: list[int]  # bytes per element of each optimizer state
+    store_param_remainders: bool
+    cpu_offload: bool
+    offload_fraction: float
+    fsdp: str | None  # megatron-fsdp sharding strategy, or None
+
+
+@dataclass
+class Peft:
+    kind: str  # lora | dora | canonical_lora
+    dim: int
+    targets: list[str]
+    regather: bool
+
+
+@dataclass
+class Recompute:
+    granularity: str | None  # None | selective | full
+    method: str | None
+    num_layers: int
+    modules: list[str]
+
+
+@dataclass
+class Offload:
+    fine_grained: bool
+    modules: list[str]
+    cpu_offloading: bool
+    cpu_layers: int
+    cpu_activations: bool
+    cpu_weights: bool
+
+
+@dataclass
+class Runtime:
+    graph_impl: str  # none | local | transformer_engine | full_iteration
+    graph_scope: list[str]
+    expandable_segments: bool
+    nvls: bool
+    flash: bool
+
+
+@dataclass
+class Inputs:
+    shape: Shape
+    par: Par
+    train: Train
+    prec: Precision
+    opt: Optim
+    peft: Peft | None
+    rec: Recompute
+    off: Offload
+    rt: Runtime
+    assumptions: list[str] = field(default_factory=list)
+
+
+def _moe_pattern(r: Reader, n_layers: int, num_experts: int) -> list[bool]:
+    if num_experts <= 0:
+        return [False] * n_layers
+    freq = r.value("model.moe_layer_freq", 1)
+    if isinstance(freq, list) and len(freq) == n_layers:
+        return [bool(x) for x in freq]
+    if isinstance(freq, int) and freq > 0:
+        return [i % freq == 0 for i in range(n_layers)]
+    if isinstance(freq, str):  # "([0]*3+[1]*58)" style expressions are not evaluated
+        r.assumptions.append(f"model.moe_layer_freq={freq!r} not evaluated; assumed every layer is MoE")
+    return [True] * n_layers
+
+
+def _hybrid(r: Reader) -> str | None:
+    for p in ("model.hybrid_layer_pattern", "model.hybrid_override_pattern"):
+        v = r.value(p, None)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def _pad_vocab(v: int, div: int, tp: int) -> int:
+    m = max(1, div) * tp
+    return -(-v // m) * m
+
+
+def read_inputs(get: Getter, world_size: int | None) -> Inputs:
+    r = Reader(get)
+    missing = [p for p in ("model.num_layers", "model.hidden_size", "model.num_attention_heads") if not r.known(p)]
+    hybrid = _hybrid(r)
+    if hybrid is not None and "model.num_layers" in missing:
+        missing.remove("model.num_layers")
+    if missing:
+        raise EstimateUnavailable("model shape is not statically known", missing)
+    hidden = r.pos("model.hidden_size", 1)
+    heads = r.pos("model.num_attention_heads", 1)
+    tp = r.pos("model.tensor_model_parallel_size", 1)
+    pp = r.pos("model.pipeline_model_parallel_size", 1)
+    vpp_v = r.int_("model.virtual_pipeline_model_parallel_size", None)
+    vpp = vpp_v if vpp_v and vpp_v > 1 else None
+    cp = r.pos("model.context_parallel_size", 1)
+    ep = r.pos("model.expert_model_parallel_size", 1)
+    etp_v = r.int_("model.expert_tensor_parallel_size", None)
+    etp = etp_v if etp_v and etp_v > 0 else (1 if ep > 1 else tp)
+
+    hybrid_syms = None
+    mtp = r.int_("model.mtp_num_layers", 0) or 0
+    if hybrid is not None:
+        main, _, mtp_part = hybrid.partition("/")
+        hybrid_syms = "".join(c for c in main if c in "M*-EG")
+        n_layers = len(hybrid_syms)
+    else:
+        n_layers = r.pos("model.num_layers", 1)
+
+    vocab_raw = r.int_("model.vocab_size", None)
+    if vocab_raw is None:
+        vocab_raw = r.int_("tokenizer.vocab_size", None)
+    if vocab_raw is None:
+        vocab_raw = DEFAULT_VOCAB
+        r.assumptions.append(f"vocab size unknown (model.vocab_size, tokenizer.vocab_size); assumed {DEFAULT_VOCAB}")
+    pad = r.value("model.should_pad_vocab", False)
+    vocab = _pad_vocab(vocab_raw, r.pos("model.make_vocab_size_divisible_by", 128), tp) if pad is not False else vocab_raw
+
+    ffn_v = r.int_("model.ffn_hidden_size", None)
+    ffn = ffn_v if ffn_v else 4 * hidden
+    groups = r.int_("model.num_query_groups", None) or heads
+    kv = r.int_("model.kv_channels", None) or hidden // heads
+    num_experts = r.int_("model.num_moe_experts", 0) or 0
+    norm = r.value("model.normalization", "LayerNorm")
+    mla = r.value("model.multi_latent_attention", False) is True or r.known("model.kv_lora_rank")
+    act = r.value("model.activation_func", "")
+    glu = r.value("model.gated_linear_unit", False) is True
+
+    shape = Shape(
+        num_layers=n_layers, hidden=hidden, heads=heads, groups=groups, kv_channels=kv, ffn=ffn, vocab=vocab,
+        glu=glu, rmsnorm=isinstance(norm, str) and "rms" in norm.lower(),
+        add_bias_linear=r.bool_("model.add_bias_linear", True),
+        add_qkv_bias=r.bool_("model.add_qkv_bias", False),
+        qk_layernorm=r.bool_("model.qk_layernorm", False),
+        tied=r.bool_("model.share_embeddings_and_output_weights", True),
+        learned_pos=r.value("model.position_embedding_type", "learned_absolute") == "learned_absolute",
+        max_pos=r.pos("model.seq_length", 1024),
+        num_experts=num_experts,
+        moe_ffn=r.int_("model.moe_ffn_hidden_size", None) or ffn,
+        topk=r.pos("model.moe_router_topk", 2),
+        shared_ffn=r.int_("model.moe_shared_expert_intermediate_size", 0) or 0,
+        shared_gate=r.bool_("model.moe_shared_expert_gate", False),
+        moe_pattern=_moe_pattern(r, n_layers, num_experts) if hybrid_syms is None else
+        [c == "E" for c in hybrid_syms],
+        moe_latent=r.int_("model.moe_latent_size", None),
+        mla=mla,
+        q_lora_rank=r.int_("model.q_lora_rank", None) if mla else None,
+        kv_lora_rank=r.pos("model.kv_lora_rank", 512),
+        qk_head_dim=r.pos("model.qk_head_dim", 128),
+        qk_pos_dim=r.pos("model.qk_pos_emb_head_dim", 64),
+        v_head_dim=r.pos("model.v_head_dim", 128),
+        hybrid=hybrid_syms,
+        mamba_heads=r.int_("model.mamba_num_heads", None) or (2 * hidden) // r.pos("model.mamba_head_dim", 64),
+        mamba_head_dim=r.pos("model.mamba_head_dim", 64),
+        mamba_state=r.pos("model.mamba_state_dim", 128),
+        mamba_groups=r.pos("model.mamba_num_groups", 8),
+        mamba_conv=r.pos("model.mamba_d_conv", 4),
+        mtp_layers=mtp,
+        hidden_dropout=r.float_("model.hidden_dropout", 0.1),
+        attention_dropout=r.float_("model.attention_dropout", 0.1),
+    )
+    if isinstance(act, str) and act and "silu" not in act and "gelu" not in act and glu:
+        r.assumptions.append(f"activation {act!r} with gated_linear_unit counted as a 2-matrix GLU input")
+
+    if world_size is None:
+        dp = 1
+        r.assumptions.append("world size unknown: assumed DP=1 (no data-parallel sharding of optimizer state)")
+    else:
+        dp = max(1, world_size // (tp * pp * cp))
+    edp = max(1, (dp * tp * cp) // (ep * etp))
+    par = Par(
+        tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, edp=edp,
+        sp=r.bool_("model.sequence_parallel", False) and tp > 1, world_size=world_size,
+        first_stage_layers=r.int_("model.num_layers_in_first_pipeline_stage", None),
+        last_stage_layers=r.int_("model.num_layers_in_last_pipeline_stage", None),
+        account_embedding=r.bool_("model.account_for_embedding_in_pipeline_split", False),
+        account_loss=r.bool_("model.account_for_loss_in_pipeline_split", False),
+    )
+
+    seq = r.pos("model.seq_length", 0) or r.pos("dataset.seq_length", 0)
+    if seq <= 0:
+        seq = 4096
+        r.assumptions.append("sequence length unknown (model.seq_length); assumed 4096")
+    mbs = r.pos("train.micro_batch_size", 1, note="no micro_batch_size")
+    gbs = r.int_("train.global_batch_size", None)
+    nmb = max(1, gbs // (mbs * dp)) if gbs and world_size is not None else None
+    train = Train(seq=seq, mbs=mbs, num_microbatches=nmb)
+
+    pdt = r.value("model.params_dtype", None)
+    if pdt is None:
+        pdt = r.value("mixed_precision.params_dtype", None)
+    if pdt is None and (r.value("model.bf16", False) is True or r.value("mixed_precision.bf16", False) is True):
+        pdt = "torch.bfloat16"
+    if pdt is None:
+        pdt = "torch.bfloat16"
+        r.assumptions.append("model.params_dtype unknown; assumed torch.bfloat16")
+    param_bytes = dtype_bytes(pdt, 2)
+    fp32_grads = r.bool_("ddp.grad_reduce_in_fp32", True)
+    grad_bytes = 4 if fp32_grads else param_bytes
+    pa_opt = r.bool_("optimizer.use_precision_aware_optimizer", False)
+    if pa_opt:
+        grad_bytes = dtype_bytes(r.value("optimizer.main_grads_dtype", None), grad_bytes)
+    fp8 = r.value("model.fp8", None)
+    fp4 = r.value("model.fp4", None)
+    fp8_on = (isinstance(fp8, str) and fp8 != "") or (isinstance(fp4, str) and fp4 != "")
+    prec = Precision(
+        param_bytes=param_bytes, grad_bytes=grad_bytes, fp8=fp8_on,
+        fp8_recipe=str(r.value("model.fp8_recipe", "delayed") or "delayed"),
+        fp8_param=fp8_on and (r.bool_("model.fp8_param", False) or r.bool_("ddp.fp8_param_gather", False)),
+        transpose_cache=not r.bool_("model.disable_parameter_transpose_cache", False),
+    )
+
+    opt_name = str(r.value("optimizer.optimizer", "adam") or "adam").lower()
+    if opt_name not in ("adam", "adamw", "sgd", "muon", "dist_muon"):
+        r.assumptions.append(f"optimizer {opt_name!r} modelled as Adam (2 states)")
+    main_bytes = 4 if param_bytes < 4 else 0
+    states = [4, 4]
+    if pa_opt:
+        main_bytes = dtype_bytes(r.value("optimizer.main_params_dtype", None), 4) if param_bytes < 4 else 0
+        states = [dtype_bytes(r.value("optimizer.exp_avg_dtype", None), 4),
+                  dtype_bytes(r.value("optimizer.exp_avg_sq_dtype", None), 4)]
+    if opt_name == "sgd":
+        states = [4] if r.float_("optimizer.sgd_momentum", 0.9) > 0 else []
+    elif "muon" in opt_name:
+        states = [4]
+    fsdp = None
+    if r.bool_("ddp.use_megatron_fsdp", False) or r.bool_("dist.use_megatron_fsdp", False):
+        fsdp = str(r.value("ddp.data_parallel_sharding_strategy", "no_shard") or "no_shard")
+    dist = r.bool_("optimizer.use_distributed_optimizer", False) or r.bool_("ddp.use_distributed_optimizer", False)
+    opt = Optim(
+        name=opt_name, distributed=dist,
+        instances=r.pos("ddp.num_distributed_optimizer_instances", 1),
+        main_param_bytes=main_bytes, state_bytes=states,
+        store_param_remainders=pa_opt and r.bool_("optimizer.store_param_remainders", True) and param_bytes == 2
+        and main_bytes == 4,
+        cpu_offload=r.bool_("optimizer.optimizer_cpu_offload", False),
+        offload_fraction=r.float_("optimizer.optimizer_offload_fraction", 1.0),
+        fsdp=fsdp,
+    )
+
+    peft = None
+    pv = r.value("peft", None)
+    if isinstance(pv, dict):
+        target = str(pv.get("_target_", ""))
+        kind = "dora" if "dora" in target.lower() else "canonical_lora" if "canonical" in target.lower() else "lora"
+        targets = r.value("peft.target_modules", None)
+        if not isinstance(targets, list):
+            targets = (["linear_q", "linear_k", "linear_v", "linear_proj", "linear_fc1_up", "linear_fc1_gate",
+                        "linear_fc2"] if kind == "canonical_lora" else list(LORA_TARGETS))
+        peft = Peft(kind=kind, dim=r.pos("peft.dim", 32), targets=[str(t) for t in targets],
+                    regather=r.bool_("peft.sequence_parallel_input_regather", False))
+
+    gran = r.value("model.recompute_granularity", None)
+    mods = r.value("model.recompute_modules", None)
+    rec = Recompute(
+        granularity=gran if gran in ("selective", "full") else None,
+        method=r.value("model.recompute_method", None),
+        num_layers=r.int_("model.recompute_num_layers", None) or 1,
+        modules=[str(m) for m in mods] if isinstance(mods, list) else ["core_attn"],
+    )
+    om = r.value("model.offload_modules", None)
+    off = Offload(
+        fine_grained=r.bool_("model.fine_grained_activation_offloading", False),
+        modules=[str(m) for m in om] if isinstance(om, list) else [],
+        cpu_offloading=r.bool_("model.cpu_offloading", False),
+        cpu_layers=r.int_("model.cpu_offloading_num_layers", 0) or 0,
+        cpu_activations=r.bool_("model.cpu_offloading_activations", True),
+        cpu_weights=r.bool_("model.cpu_offloading_weights", False),
+    )
+
+    impl = r.value("model.cuda_graph_impl", "none")
+    scope = r.value("model.cuda_graph_scope", [])
+    scope_l = [str(s) for s in scope] if isinstance(scope, list) else ([scope] if isinstance(scope, str) else [])
+    env = r.value("env_vars.PYTORCH_CUDA_ALLOC_CONF", None)
+    if env is None:
+        env = r.value("env_vars.PYTORCH_ALLOC_CONF", None)
+    if env is None:
+        env_all = r.value("env_vars", None)
+        if isinstance(env_all, dict):
+            env = env_all.get("PYTORCH_ALLOC_CONF", env_all.get("PYTORCH_CUDA_ALLOC_CONF"))
+    es = isinstance(env, str) and "expandable_segments:True" in env.replace(" ", "")
+    nvls_v = r.value("env_vars.NCCL_NVLS_ENABLE", None)
+    nvls = r.bool_("ddp.nccl_ub", False) or not (nvls_v is not None and str(nvls_v) == "0")
+    attn_backend = str(r.value("model.attention_backend", "auto") or "auto")
+    rt = Runtime(
+        graph_impl=str(impl) if isinstance(impl, str) and impl else "none",
+        graph_scope=scope_l, expandable_segments=es, nvls=nvls,
+        flash="unfused" not in attn_backend and "local" not in attn_backend,
+    )
+    return Inputs(shape, par, train, prec, opt, peft, rec, off, rt, r.assumptions)

@@ -1,0 +1,122 @@
+"""Weights, gradients, main params and optimizer states of one pipeline stage (bytes on one GPU)."""
+
+from __future__ import annotations
+
+from mbmem_lint.estimate.inputs import Inputs
+from mbmem_lint.estimate.params import (
+    Params,
+    embedding_params,
+    layer_params,
+    lora_params,
+    norm_params,
+    output_params,
+)
+from mbmem_lint.estimate.types import Component
+
+SHAPE_FIELDS = ["model.hidden_size", "model.num_layers", "model.ffn_hidden_size", "model.num_attention_heads",
+                "model.num_query_groups", "model.vocab_size", "model.tensor_model_parallel_size",
+                "model.pipeline_model_parallel_size"]
+MOE_FIELDS = ["model.num_moe_experts", "model.moe_ffn_hidden_size", "model.expert_model_parallel_size",
+              "model.expert_tensor_parallel_size"]
+
+
+def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tuple[Params, Params]:
+    """(base params, trainable adapter params) of a stage, unsharded."""
+    s = inp.shape
+    base = Params()
+    adapters = Params()
+    for i in layers:
+        base = base + layer_params(s, i)
+        if inp.peft is not None:
+            adapters = adapters + lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, i)
+    if last:
+        for j in range(s.mtp_layers):
+            base = base + layer_params(s, s.num_layers + j)
+        base = base + Params(rep=norm_params(s, s.hidden))
+        # Untied output layer, or the tied embedding's copy kept on the last stage when PP > 1.
+        if not s.tied or inp.par.pp > 1 or not first:
+            base = base + Params(tp=output_params(s))
+    if first:
+        base = base + Params(tp=embedding_params(s))
+    return base, adapters
+
+
+def _local(p: Params, inp: Inputs) -> tuple[float, float]:
+    """(dense, expert) parameter counts on one GPU."""
+    par = inp.par
+    return p.tp / par.tp + p.rep, p.expert / (par.ep * par.etp)
+
+
+def model_state_components(inp: Inputs, base: Params, adapters: Params, family: str) -> list[Component]:
+    par, prec, opt = inp.par, inp.prec, inp.opt
+    dense, expert = _local(base, inp)
+    a_dense, a_expert = _local(adapters, inp)
+    moe_f = MOE_FIELDS if inp.shape.num_experts else []
+    comps: list[Component] = []
+
+    dense_shard = max(1, par.dp * par.cp // opt.instances)
+    expert_shard = max(1, par.edp // opt.instances)
+    fsdp = opt.fsdp or "no_shard"
+    shard_state = opt.distributed or fsdp != "no_shard"
+    shard_grads = fsdp in ("optim_grads", "optim_grads_params")
+    shard_params = fsdp == "optim_grads_params"
+
+    # Weights (frozen base + adapters); FP8 params store GEMM weights in 1 byte.
+    lin_d = base.linear / par.tp
+    lin_e = base.expert_linear / (par.ep * par.etp)
+    wbytes = (dense + expert) * prec.param_bytes
+    if prec.fp8_param:
+        wbytes -= (lin_d + lin_e) * (prec.param_bytes - 1)
+    if shard_params:
+        wbytes = (dense * prec.param_bytes) / dense_shard + (expert * prec.param_bytes) / expert_shard
+    wbytes += (a_dense + a_expert) * prec.param_bytes
+    fields = ["model.params_dtype", *SHAPE_FIELDS, *moe_f]
+    if prec.fp8_param:
+        fields.append("model.fp8_param")
+    if shard_params:
+        fields.append("ddp.data_parallel_sharding_strategy")
+    comps.append(Component("weights", int(wbytes), fields))
+
+    if inp.peft is None:
+        t_dense, t_expert = dense, expert
+        peft_f: list[str] = []
+    else:
+        t_dense, t_expert = a_dense, a_expert
+        peft_f = ["peft", "peft.dim", "peft.target_modules"]
+    gbytes = (t_dense / (dense_shard if shard_grads else 1) + t_expert / (expert_shard if shard_grads else 1))
+    gbytes *= prec.grad_bytes
+    comps.append(Component("gradients", int(gbytes), [
+        "ddp.grad_reduce_in_fp32", "model.params_dtype", *peft_f,
+        *(["ddp.data_parallel_sharding_strategy"] if shard_grads else [])]))
+
+    on_gpu = 1.0 - (min(max(opt.offload_fraction, 0.0), 1.0) if opt.cpu_offload else 0.0)
+    per_param = (2 if opt.store_param_remainders else opt.main_param_bytes)
+    ds = dense_shard if shard_state else 1
+    es = expert_shard if shard_state else 1
+    state_fields = ["optimizer.use_distributed_optimizer", "model.context_parallel_size", *peft_f]
+    if opt.cpu_offload:
+        state_fields += ["optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction"]
+    if per_param:
+        mbytes = (t_dense / ds + t_expert / es) * per_param * on_gpu
+        comps.append(Component("main params", int(mbytes), [
+            *state_fields, "optimizer.main_params_dtype", "optimizer.use_precision_aware_optimizer"]))
+    sbytes = (t_dense / ds + t_expert / es) * sum(opt.state_bytes) * on_gpu
+    comps.append(Component("optimizer states", int(sbytes), [
+        "optimizer.optimizer", *state_fields, "optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype"]))
+
+    # MCore passes is_first_microbatch=None to TE when disable_parameter_transpose_cache is set, so TE keeps
+    # no persistent FP8 weight cache (casts are per-GEMM transients).
+    if prec.fp8 and not prec.fp8_param and prec.transpose_cache:
+        copies = 1
+        if "mxfp8" in prec.fp8_recipe.lower() or family in ("hopper", "ada"):
+            copies = 2
+        comps.append(Component("fp8 weight casts", int((lin_d + lin_e) * copies), [
+            "model.fp8", "model.fp8_recipe", "model.disable_parameter_transpose_cache", "ddp.fp8_param_gather"],
+            kind="workspace"))
+    if fsdp == "optim_grads_params":
+        # Two layers' unsharded weights (prefetch double buffer) + one layer's unsharded grads.
+        nl = max(1, inp.shape.num_layers)
+        per_layer = (base.tp / par.tp + base.expert / (par.ep * par.etp)) / nl
+        comps.append(Component("fsdp gather buffers", int(per_layer * (2 * prec.param_bytes + prec.grad_bytes)),
+                               ["ddp.data_parallel_sharding_strategy", "ddp.use_megatron_fsdp"], kind="workspace"))
+    return comps

@@ -1,0 +1,98 @@
+"""Runtime overheads: CUDA context, cuBLAS workspace, NCCL communicators, CUDA-graph pools, DDP bucket
+padding and the allocator fragmentation reserve. Constants come from ``data/gpus.json`` (per GPU family)."""
+
+from __future__ import annotations
+
+from mbmem_lint.estimate.activations import tokens
+from mbmem_lint.estimate.gpus import GpuSpec
+from mbmem_lint.estimate.inputs import Inputs
+from mbmem_lint.estimate.params import layer_sublayers
+from mbmem_lint.estimate.types import ALLOCATED_KINDS, Component
+
+_SCOPE_KINDS = {"attn": {"attn", "mla"}, "mlp": {"mlp"}, "moe": {"moe"}, "moe_router": {"moe"},
+                "moe_preprocess": {"moe"}, "mamba": {"mamba"}}
+
+
+def communicator_sizes(inp: Inputs) -> list[int]:
+    """Sizes of the NCCL communicators a rank actually uses for this layout (lazily created ones count)."""
+    p = inp.par
+    sizes: list[int] = []
+    if p.tp > 1:
+        sizes.append(p.tp)
+    if p.pp > 1:
+        sizes += [p.pp, 2]  # pipeline p2p group + embedding/position-embedding sync group
+    if p.dp * p.cp > 1:
+        sizes.append(p.dp * p.cp)
+    if p.cp > 1:
+        sizes.append(p.cp)
+    if inp.shape.num_experts:
+        if p.ep > 1:
+            sizes.append(p.ep)
+        if p.ep * p.tp > 1 and p.tp > 1 and p.ep > 1:
+            sizes.append(p.ep * p.tp)
+        if p.etp > 1 and p.etp != p.tp:
+            sizes.append(p.etp)
+        if p.edp > 1 and p.edp != p.dp * p.cp:
+            sizes.append(p.edp)
+    return sizes
+
+
+def runtime_components(inp: Inputs, gpu: GpuSpec) -> list[Component]:
+    comps = [
+        Component("cuda context", int(gpu.overhead("cuda_context_bytes")), [], kind="runtime"),
+        Component("cublas workspace", int(gpu.overhead("cublas_workspace_bytes")), [], kind="workspace"),
+    ]
+    sizes = communicator_sizes(inp)
+    if sizes:
+        nccl = sum(gpu.overhead("nccl_small_group_bytes") if n == 2 else gpu.overhead("nccl_group_bytes")
+                   for n in sizes)
+        if inp.rt.nvls:
+            nccl += gpu.overhead("nvls_extra_bytes") * sum(1 for n in sizes if n > 2)
+        comps.append(Component(f"nccl buffers ({len(sizes)} communicators)", int(nccl), [
+            "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+            "model.context_parallel_size", "model.expert_model_parallel_size", "env_vars.NCCL_NVLS_ENABLE",
+            "ddp.nccl_ub"], kind="runtime"))
+    return comps
+
+
+def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight: float,
+                         activation_bytes: float) -> Component | None:
+    impl = inp.rt.graph_impl
+    if impl in ("none", ""):
+        return None
+    fields = ["model.cuda_graph_impl", "model.cuda_graph_scope", "model.pipeline_model_parallel_size"]
+    base = gpu.overhead("cuda_graph_pool_base_bytes")
+    if impl == "full_iteration" or "full_iteration" in inp.rt.graph_scope:
+        return Component("cuda graph pool", int(base + 0.5 * activation_bytes), fields, kind="workspace")
+    scope = inp.rt.graph_scope
+    kinds: set[str] = set()
+    for sc in scope:
+        kinds |= _SCOPE_KINDS.get(sc, set())
+    graphed = 0
+    for i in layers:
+        subs = layer_sublayers(inp.shape, i)
+        graphed += sum(1 for k in subs if not scope or k in kinds)
+    r = 1.0 / inp.par.tp if inp.par.sp else 1.0
+    io = 2 * (2 * tokens(inp) * inp.shape.hidden * r)  # static input + output buffer per graphed callable
+    return Component("cuda graph pool", int(base + graphed * io * max(1.0, inflight)), fields, kind="workspace")
+
+
+def ddp_padding_component(inp: Inputs, params_local: float) -> Component | None:
+    """Grad/param buffers are padded per bucket to a multiple of lcm(DP, 128) elements (MCore DDP)."""
+    if params_local <= 0:
+        return None
+    dp = max(1, inp.par.dp * inp.par.cp)
+    bucket = max(40_000_000, 1_000_000 * dp)
+    n_buckets = int(params_local // bucket) + 1
+    pad = n_buckets * dp * 128 * (inp.prec.param_bytes + inp.prec.grad_bytes)
+    return Component("ddp bucket padding", int(pad), ["ddp.bucket_size", "ddp.use_distributed_optimizer"],
+                     kind="workspace")
+
+
+def fragmentation_component(inp: Inputs, gpu: GpuSpec, comps: list[Component]) -> Component:
+    allocated = sum(c.bytes for c in comps if c.kind in ALLOCATED_KINDS)
+    key = "fragmentation_fraction_expandable" if inp.rt.expandable_segments else "fragmentation_fraction"
+    frac = gpu.overhead(key)
+    reserve = frac * allocated
+    return Component("allocator fragmentation reserve", int(reserve), ["env_vars.PYTORCH_CUDA_ALLOC_CONF"],
+                     kind="reserve")

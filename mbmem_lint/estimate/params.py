@@ -1,0 +1,164 @@
+"""Parameter counts per layer for the actual architecture (unsharded, whole-model numbers).
+
+Each sublayer returns a :class:`Params` split by how it is sharded: ``tp`` (split over TP),
+``rep`` (replicated over TP: norms, router, row-parallel biases), ``expert`` (routed experts,
+split over EP·ETP). ``linear`` is the TP-sharded GEMM weight subset (FP8 casts apply to it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mbmem_lint.estimate.inputs import Shape
+
+
+@dataclass
+class Params:
+    tp: float = 0.0
+    rep: float = 0.0
+    expert: float = 0.0
+    linear: float = 0.0
+    expert_linear: float = 0.0
+
+    def __add__(self, o: Params) -> Params:
+        return Params(self.tp + o.tp, self.rep + o.rep, self.expert + o.expert, self.linear + o.linear,
+                      self.expert_linear + o.expert_linear)
+
+    @property
+    def total(self) -> float:
+        return self.tp + self.rep + self.expert
+
+
+def norm_params(s: Shape, width: int) -> float:
+    return float(width if s.rmsnorm else 2 * width)
+
+
+def attention(s: Shape) -> Params:
+    """Standard (GQA) self-attention incl. its input norm: q, k, v, o; biases; qk-norm."""
+    h, a, g, d = s.hidden, s.heads, s.groups, s.kv_channels
+    qkv = h * (a + 2 * g) * d
+    proj = a * d * h
+    bias_tp = (a + 2 * g) * d if (s.add_bias_linear or s.add_qkv_bias) else 0
+    rep = norm_params(s, h) + (h if s.add_bias_linear else 0) + (2 * d if s.qk_layernorm else 0)
+    return Params(tp=qkv + proj + bias_tp, rep=rep, linear=qkv + proj)
+
+
+def mla(s: Shape) -> Params:
+    """Multi-latent attention (DeepSeek): down-projections are replicated, up-projections TP-split."""
+    h, a = s.hidden, s.heads
+    qk, pe, v = s.qk_head_dim, s.qk_pos_dim, s.v_head_dim
+    rep = norm_params(s, h)
+    if s.q_lora_rank:
+        rep += h * s.q_lora_rank + norm_params(s, s.q_lora_rank)
+        q_up = s.q_lora_rank * a * (qk + pe)
+    else:
+        q_up = h * a * (qk + pe)
+    rep += h * (s.kv_lora_rank + pe) + norm_params(s, s.kv_lora_rank)
+    kv_up = s.kv_lora_rank * a * (qk + v)
+    proj = a * v * h
+    return Params(tp=q_up + kv_up + proj, rep=rep, linear=q_up + kv_up + proj)
+
+
+def _mlp_weights(s: Shape, h: int, ffn: int) -> float:
+    return h * ffn * (2 if s.glu else 1) + ffn * h
+
+
+def dense_mlp(s: Shape) -> Params:
+    w = _mlp_weights(s, s.hidden, s.ffn)
+    bias_tp = s.ffn * (2 if s.glu else 1) if s.add_bias_linear else 0
+    rep = norm_params(s, s.hidden) + (s.hidden if s.add_bias_linear else 0)
+    return Params(tp=w + bias_tp, rep=rep, linear=w)
+
+
+def moe(s: Shape) -> Params:
+    h, e = s.hidden, s.num_experts
+    if s.moe_latent:
+        per_expert = _mlp_weights(s, s.moe_latent, s.moe_ffn)
+        latent = 2 * h * s.moe_latent
+    else:
+        per_expert = _mlp_weights(s, h, s.moe_ffn)
+        latent = 0
+    if s.add_bias_linear:
+        per_expert += s.moe_ffn * (2 if s.glu else 1) + h
+    shared = _mlp_weights(s, h, s.shared_ffn) if s.shared_ffn else 0
+    rep = norm_params(s, h) + h * e + (h if s.shared_gate else 0)
+    return Params(tp=shared + latent, rep=rep, expert=per_expert * e, linear=shared + latent,
+                  expert_linear=per_expert * e)
+
+
+def mamba(s: Shape) -> Params:
+    """MCore MambaMixer (Mamba-2): in_proj, conv1d, A_log/D/dt_bias, gated RMSNorm, out_proj."""
+    h = s.hidden
+    di = s.mamba_heads * s.mamba_head_dim
+    gs = s.mamba_groups * s.mamba_state
+    in_proj = h * (2 * di + 2 * gs + s.mamba_heads)
+    conv = (di + 2 * gs) * (s.mamba_conv + 1)
+    small = 3 * s.mamba_heads + di  # A_log, D, dt_bias, norm weight
+    out = di * h
+    return Params(tp=in_proj + conv + small + out, rep=norm_params(s, h), linear=in_proj + out)
+
+
+def layer_sublayers(s: Shape, index: int) -> list[str]:
+    """Sublayer kinds of layer ``index`` (MTP layers have index >= num_layers)."""
+    if s.hybrid is not None and index < len(s.hybrid):
+        return [{"M": "mamba", "*": "attn", "-": "mlp", "E": "moe", "G": "attn"}[s.hybrid[index]]]
+    attn = "mla" if s.mla else "attn"
+    if index >= s.num_layers:  # MTP: same type as the last layer
+        is_moe = s.moe_pattern[-1] if s.moe_pattern else False
+    else:
+        is_moe = s.moe_pattern[index]
+    return [attn, "moe" if is_moe else "mlp"]
+
+
+SUBLAYER_PARAMS = {"attn": attention, "mla": mla, "mlp": dense_mlp, "moe": moe, "mamba": mamba}
+
+
+def layer_params(s: Shape, index: int) -> Params:
+    p = Params()
+    for kind in layer_sublayers(s, index):
+        p = p + SUBLAYER_PARAMS[kind](s)
+    if index >= s.num_layers:  # MTP block: eh_proj (2h -> h) + enorm + hnorm
+        p = p + Params(tp=2 * s.hidden * s.hidden, rep=2 * norm_params(s, s.hidden), linear=2 * s.hidden * s.hidden)
+    return p
+
+
+def embedding_params(s: Shape) -> float:
+    return float(s.vocab * s.hidden + (s.max_pos * s.hidden if s.learned_pos else 0))
+
+
+def output_params(s: Shape) -> float:
+    return float(s.vocab * s.hidden)
+
+
+def lora_params(s: Shape, kind: str, dim: int, targets: list[str], index: int) -> Params:
+    """Adapter parameters for one layer (A: in x r, B: r x out; DoRA adds a magnitude vector of size out)."""
+    h, a, g, d = s.hidden, s.heads, s.groups, s.kv_channels
+    fc1_out = s.ffn * (2 if s.glu else 1)
+    shapes: dict[str, tuple[int, int]] = {
+        "linear_qkv": (h, (a + 2 * g) * d), "linear_proj": (a * d, h),
+        "linear_fc1": (h, fc1_out), "linear_fc2": (s.ffn, h),
+        "linear_q": (h, a * d), "linear_k": (h, g * d), "linear_v": (h, g * d),
+        "linear_fc1_up": (h, s.ffn), "linear_fc1_gate": (h, s.ffn),
+    }
+    subs = layer_sublayers(s, index)
+    out = Params()
+    for t in targets:
+        if t not in shapes:
+            continue
+        attn_target = t in ("linear_qkv", "linear_proj", "linear_q", "linear_k", "linear_v")
+        if attn_target and "attn" not in subs:
+            continue
+        i, o = shapes[t]
+        per = dim * (i + o) + (o if kind == "dora" else 0)
+        if not attn_target:
+            if "moe" in subs:
+                ei = s.hidden if t != "linear_fc2" else s.moe_ffn
+                eo = (s.moe_ffn * (2 if s.glu else 1) if t == "linear_fc1" else s.moe_ffn if t != "linear_fc2" else h)
+                out = out + Params(expert=s.num_experts * dim * (ei + eo))
+                if s.shared_ffn:
+                    out = out + Params(tp=dim * (h + s.shared_ffn * (2 if s.glu else 1)))
+                continue
+            if "mlp" not in subs:
+                continue
+        out = out + Params(tp=per)
+    return out

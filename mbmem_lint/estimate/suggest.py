@@ -1,0 +1,129 @@
+"""Ranked memory-saving suggestions (savings re-estimated from the model) and capacity findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mbmem_lint.estimate.api import estimate_recipe
+from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable
+from mbmem_lint.resolve.resolved import ResolvedRecipe
+
+GIB = 1024**3
+
+
+@dataclass
+class Suggestion:
+    title: str
+    saving_bytes: int
+    cost_note: str
+    fields: list[str]
+    setting: dict[str, Any]
+    cost_rank: int = 0  # lower = cheaper in throughput (documented order, seed-facts 1.2)
+
+
+@dataclass
+class CapacityFinding:
+    severity: str  # "error" | "warning"
+    stage: int
+    message: str
+    top_components: list[Component]
+    suggestions: list[Suggestion] = field(default_factory=list)
+
+
+def _get(recipe: ResolvedRecipe, path: str, default: Any = None) -> Any:
+    from mbmem_lint.resolve.resolved import is_known
+
+    v = recipe.get(path)
+    return v if is_known(v) else default
+
+
+def _candidates(recipe: ResolvedRecipe, est: Estimate) -> list[tuple[str, str, int, dict[str, Any]]]:
+    """(title, cost note, cost rank, setting) candidates applicable to this recipe."""
+    out: list[tuple[str, str, int, dict[str, Any]]] = []
+    alloc = _get(recipe, "env_vars.PYTORCH_CUDA_ALLOC_CONF", "") or ""
+    if "expandable_segments:True" not in str(alloc):
+        out.append(("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                     "about free (seed-facts 1.2/2.1: no throughput change); incompatible with nccl_ub on torch<2.11",
+                     0, {"env_vars.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
+    p = est.parallelism
+    tp = p.get("tp") or 1
+    peft = _get(recipe, "peft")
+    if isinstance(peft, dict) and tp > 1 and _get(recipe, "model.sequence_parallel", False) is True \
+            and _get(recipe, "peft.sequence_parallel_input_regather", False) is not True:
+        out.append(("LoRA(sequence_parallel_input_regather=True)",
+                    "-0.3% to -6.7% throughput (seed-facts 2.2)", 1,
+                    {"peft.sequence_parallel_input_regather": True}))
+    gran = _get(recipe, "model.recompute_granularity")
+    if gran != "selective" and gran != "full":
+        out.append(("selective recompute of core_attn", "small; recomputes attention internals only", 2,
+                    {"model.recompute_granularity": "selective", "model.recompute_modules": ["core_attn"]}))
+    if gran == "selective":
+        mods = _get(recipe, "model.recompute_modules", ["core_attn"]) or ["core_attn"]
+        if "mlp" not in mods and not _get(recipe, "model.num_moe_experts"):
+            out.append(("add mlp to recompute_modules", "about -16% throughput on Llama3 70B (seed-facts 2.1)", 5,
+                        {"model.recompute_modules": [*mods, "mlp"]}))
+        if _get(recipe, "model.num_moe_experts") and "moe_act" not in mods:
+            out.append(("add moe_act to recompute_modules", "small (recomputes the expert activation)", 3,
+                        {"model.recompute_modules": [*mods, "moe_act"]}))
+    if _get(recipe, "optimizer.use_distributed_optimizer", False) is not True and (p.get("dp") or 1) > 1:
+        out.append(("use the distributed optimizer", "about 1-2% (skill table; no measured source)", 3,
+                    {"optimizer.use_distributed_optimizer": True, "ddp.use_distributed_optimizer": True}))
+    pp = p.get("pp") or 1
+    ws = est.world_size
+    if ws and (p.get("dp") or 1) % 2 == 0:
+        out.append((f"pipeline_model_parallel_size {pp} -> {pp * 2}",
+                    "about -6% throughput when DP halves (seed-facts 2.1)", 4,
+                    {"model.pipeline_model_parallel_size": pp * 2,
+                     "model.virtual_pipeline_model_parallel_size": p.get("vpp")}))
+    if _get(recipe, "optimizer.use_distributed_optimizer", False) is True and \
+            _get(recipe, "optimizer.optimizer_cpu_offload", False) is not True:
+        out.append(("optimizer CPU offload (optimizer_cpu_offload=True, fraction 1.0)",
+                    "host<->device copies each step; no PP/recompute restriction (seed-facts 1.5)", 6,
+                    {"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0}))
+    if ws and (p.get("dp") or 1) % 2 == 0 and tp < 8:
+        out.append((f"tensor_model_parallel_size {tp} -> {tp * 2} (last resort)",
+                    "-28% throughput on Llama3 70B TP4->8 (seed-facts 2.1)", 9,
+                    {"model.tensor_model_parallel_size": tp * 2}))
+    return out
+
+
+def suggestions(recipe: ResolvedRecipe, estimate: Estimate) -> list[Suggestion]:
+    """Suggestions with savings from re-estimating the peak stage with each setting applied."""
+    result: list[Suggestion] = []
+    for title, cost, rank, setting in _candidates(recipe, estimate):
+        try:
+            new = estimate_recipe(recipe, gpu=estimate.gpu.name, world_size=estimate.world_size, overrides=setting)
+        except EstimateUnavailable:
+            continue
+        saving = estimate.peak_bytes - new.peak_bytes
+        if saving <= 0:
+            continue
+        result.append(Suggestion(title, int(saving), cost, sorted(setting), setting, rank))
+    # Cheapest first; among equal cost, biggest saving first.
+    result.sort(key=lambda s: (s.cost_rank, -s.saving_bytes))
+    return result
+
+
+def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float = 0.05) -> list[CapacityFinding]:
+    usable = estimate.gpu.usable_bytes
+    peak = next(s for s in estimate.stages if s.pp_rank == estimate.peak_stage)
+    headroom = estimate.headroom_bytes
+    if headroom >= margin * usable:
+        return []
+    severity = "error" if headroom < 0 else "warning"
+    top = sorted(peak.components, key=lambda c: -c.bytes)[:3]
+    tops = "; ".join(f"{c.name} {c.bytes / GIB:.1f} GiB ({', '.join(c.fields[:3]) or 'runtime'})" for c in top)
+    if severity == "error":
+        head = (f"pipeline stage {peak.pp_rank} needs an estimated {peak.total_bytes / GIB:.1f} GiB, "
+                f"{-headroom / GIB:.1f} GiB more than the {usable / GIB:.1f} GiB usable on {estimate.gpu.name}")
+    else:
+        head = (f"pipeline stage {peak.pp_rank} leaves only {headroom / GIB:.1f} GiB "
+                f"({headroom / usable * 100:.1f}%) of {usable / GIB:.1f} GiB on {estimate.gpu.name} "
+                f"(margin {margin * 100:.0f}%)")
+    sugg = suggestions(recipe, estimate)
+    msg = f"{head}. Top contributors: {tops}."
+    if sugg:
+        s0 = sugg[0]
+        msg += f" Cheapest fix: {s0.title} (saves {s0.saving_bytes / GIB:.1f} GiB; {s0.cost_note})."
+    return [CapacityFinding(severity, peak.pp_rank, msg, top, sugg)]

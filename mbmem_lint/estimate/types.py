@@ -1,0 +1,103 @@
+"""Result types of the estimator (the JSON contract lives in :meth:`Estimate.to_json`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mbmem_lint.estimate.gpus import GpuSpec
+
+# Component kinds. "state", "activation" and "workspace" live in PyTorch's caching allocator
+# (they are what ``torch.cuda.max_memory_allocated`` reports); "runtime" is outside it
+# (CUDA context, NCCL buffers); "reserve" is the allocator's reserved-but-unallocated gap.
+ALLOCATED_KINDS = ("state", "activation", "workspace")
+
+
+class EstimateUnavailable(Exception):
+    """The recipe lacks a value the estimate cannot do without (e.g. the model shape)."""
+
+    def __init__(self, reason: str, missing_fields: list[str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.missing_fields = missing_fields
+
+
+@dataclass
+class Component:
+    name: str
+    bytes: int
+    fields: list[str]
+    kind: str = "state"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": int(self.bytes), "fields": list(self.fields)}
+
+
+@dataclass
+class StageEstimate:
+    pp_rank: int
+    components: list[Component]
+    layers: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes PyTorch would report as max allocated (no context, NCCL or fragmentation)."""
+        return sum(c.bytes for c in self.components if c.kind in ALLOCATED_KINDS)
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pp_rank": self.pp_rank,
+            "components": [c.to_json() for c in self.components],
+            "total_bytes": self.total_bytes,
+        }
+
+
+@dataclass
+class Estimate:
+    recipe: str  # "<path>::<function>"
+    gpu: GpuSpec
+    world_size: int | None
+    parallelism: dict[str, int | None]
+    stages: list[StageEstimate]
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def peak_stage(self) -> int:
+        return max(self.stages, key=lambda s: s.total_bytes).pp_rank
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(s.total_bytes for s in self.stages)
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.gpu.usable_bytes - self.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom_bytes >= 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "gpu": {
+                "name": self.gpu.name,
+                "capacity_bytes": self.gpu.capacity_bytes,
+                "usable_bytes": self.gpu.usable_bytes,
+            },
+            "world_size": self.world_size,
+            "parallelism": dict(self.parallelism),
+            "stages": [s.to_json() for s in self.stages],
+            "peak_bytes": self.peak_bytes,
+            "peak_stage": self.peak_stage,
+            "fits": self.fits,
+            "headroom_bytes": self.headroom_bytes,
+            "assumptions": list(self.assumptions),
+        }

@@ -1,0 +1,840 @@
+"""Fix primitives: each returns the :class:`Edit` list that makes one change, or ``[]``.
+
+Rules build their :class:`~mbmem_lint.diagnostics.Fix` from these. Every primitive
+
+* edits only the file that holds the construct (a linted source in ``sources``), never library code;
+* touches only the bytes it must (a value expression, a keyword name, whole lines it adds/removes);
+* is idempotent: when the file already says what the fix would write, it returns ``[]``;
+* returns ``[]`` rather than guess when the shape is not one it understands.
+
+Python is located with libcst (parsed lazily, only for files being fixed, cached per text);
+YAML with ruamel round-trip positions plus exact text spans (comments, order, quoting survive).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import libcst as cst
+
+from mbmem_lint.diagnostics import Edit, Location
+from mbmem_lint.fix._text import LineTable, PyIndex, Span, indentation, newline_of, py_index
+from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
+from mbmem_lint.resolve.resolved import ResolvedRecipe, Write, is_known
+from mbmem_lint.sources import SourceFile, Sources
+
+__all__ = [
+    "py_literal",
+    "yaml_literal",
+    "merge_alloc_conf",
+    "replace_value",
+    "set_field",
+    "set_dict_key",
+    "extend_alloc_conf",
+    "rename_attribute",
+    "remove_assignment",
+    "insert_before_return",
+    "yaml_set_value",
+    "yaml_rename_key",
+    "yaml_remove_entry",
+    "yaml_add_entry",
+]
+
+
+# --------------------------------------------------------------------------- value rendering
+
+
+def py_literal(value: Any) -> str:
+    """Python source for a plain value (``True``, ``8``, ``"expandable_segments:True"``, ``None``)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(py_literal(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no Python literal for {value!r}")
+
+
+_YAML_PLAIN_UNSAFE = set(":#{}[],&*!|>'\"%@`")
+
+
+def yaml_literal(value: Any) -> str:
+    """YAML source for a plain scalar/list value (``true``, ``8``, ``null``, quoted strings when needed)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        lowered = value.lower()
+        needs_quotes = (
+            value == ""
+            or value != value.strip()
+            or any(c in _YAML_PLAIN_UNSAFE for c in value)
+            or lowered in {"true", "false", "yes", "no", "on", "off", "null", "~"}
+            or _looks_numeric(value)
+        )
+        return json.dumps(value) if needs_quotes else value
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_literal(v) for v in value) + "]"
+    raise TypeError(f"no YAML literal for {value!r}")
+
+
+def _looks_numeric(s: str) -> bool:
+    try:
+        float(s.replace("_", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def merge_alloc_conf(current: str | None, option: str) -> str:
+    """``PYTORCH_CUDA_ALLOC_CONF`` value with ``option`` (``key:value``) set, other options kept in order."""
+    key = option.split(":", 1)[0].strip()
+    parts = [p for p in (current or "").split(",") if p.strip()]
+    out: list[str] = []
+    replaced = False
+    for p in parts:
+        if p.split(":", 1)[0].strip() == key:
+            if not replaced:
+                out.append(option)
+                replaced = True
+        else:
+            out.append(p)
+    if not replaced:
+        out.append(option)
+    return ",".join(out)
+
+
+# --------------------------------------------------------------------------- common helpers
+
+
+def _source(sources: Sources, loc: Location | None, kind: str) -> SourceFile | None:
+    if loc is None or loc.in_library:
+        return None
+    src = sources.get(loc.path)
+    if src is None or src.kind != kind:
+        return None
+    return src
+
+
+def _edit(src: SourceFile, start: int, end: int, replacement: str) -> list[Edit]:
+    if src.text[start:end] == replacement:
+        return []
+    return [Edit(src.path, start, end, replacement)]
+
+
+def _loc_span(src: SourceFile, idx: PyIndex | None, loc: Location) -> Span:
+    if idx is not None:
+        return idx.loc_span(loc)
+    lines = LineTable(src.text)
+    s = lines.char_offset(loc.line, loc.column)
+    if loc.end_line is None or loc.end_column is None:
+        return Span(s, s)
+    return Span(s, lines.char_offset(loc.end_line, loc.end_column))
+
+
+def replace_value(location: Location, new_src: str, sources: Sources) -> list[Edit]:
+    """Replace the expression at ``location`` (a value span, Python or YAML) with ``new_src``."""
+    src = sources.get(location.path)
+    if src is None or location.in_library or location.end_line is None or location.end_column is None:
+        return []
+    idx = py_index(src.text) if src.kind == "python" else None
+    sp = _loc_span(src, idx, location)
+    if sp.end < sp.start:
+        return []
+    return _edit(src, sp.start, sp.end, new_src)
+
+
+def _editable_write(recipe: ResolvedRecipe, w: Write, sources: Sources) -> bool:
+    """A write the fix may edit in place: set in a linted Python file, in the recipe function itself
+    (a shared helper in the user's repo would change every recipe that calls it)."""
+    if w.origin != "recipe" or _source(sources, w.location, "python") is None:
+        return False
+    return w.function is None or w.function == recipe.function
+
+
+def _last_index(writes: list[Write], pred: Any) -> int | None:
+    for i in range(len(writes) - 1, -1, -1):
+        if pred(writes[i]):
+            return i
+    return None
+
+
+def _contains(outer: Location, inner: Location) -> bool:
+    if outer.path != inner.path or outer.end_line is None or outer.end_column is None:
+        return False
+    s_ok = (inner.line, inner.column) >= (outer.line, outer.column)
+    e_in = (inner.end_line or inner.line, inner.end_column or inner.column)
+    return s_ok and e_in <= (outer.end_line, outer.end_column)
+
+
+def _current_write(recipe: ResolvedRecipe, path: str) -> tuple[Write | None, Write | None]:
+    """(last write of ``path`` still in effect, last write of an enclosing object after it)."""
+    writes = recipe.writes
+    i = _last_index(writes, lambda w: w.path == path)
+    j = _last_index(writes, lambda w: path.startswith(w.path + "."))
+    if j is not None and (i is None or j > i):
+        # A keyword argument of the constructor that built the enclosing object counts as current.
+        if i is not None and _contains(writes[j].location, writes[i].location):
+            return writes[i], None
+        return None, writes[j]
+    return (writes[i] if i is not None else None), None
+
+
+def _assign_of_value(idx: PyIndex, span: Span) -> cst.CSTNode | None:
+    node = idx.smallest(span, (cst.Assign, cst.AnnAssign, cst.Arg))
+    return node
+
+
+def insert_before_return(recipe: ResolvedRecipe, statement_src: str, sources: Sources) -> list[Edit]:
+    """Insert ``statement_src`` as a new line just before the recipe's final ``return``,
+    indented like the ``return``. ``[]`` when the line is already there (idempotence)."""
+    rl = recipe.return_location
+    src = _source(sources, rl, "python")
+    if rl is None or src is None:
+        return []
+    lines = LineTable(src.text)
+    ret_line = lines.line_text(rl.line)
+    if not ret_line.lstrip().startswith("return"):
+        return []
+    indent = indentation(ret_line)
+    # Idempotence: the same statement already among the lines right above the return.
+    ln = rl.line - 1
+    while ln >= 1 and lines.line_text(ln).strip() and not lines.line_text(ln).lstrip().startswith("def "):
+        if lines.line_text(ln).strip() == statement_src.strip():
+            return []
+        ln -= 1
+    off = lines.line_start(rl.line)
+    return [Edit(src.path, off, off, f"{indent}{statement_src}{newline_of(src.text)}")]
+
+
+def _target_text(recipe: ResolvedRecipe, path: str) -> str | None:
+    if not recipe.config_var:
+        return None
+    return f"{recipe.config_var}.{path}"
+
+
+# --------------------------------------------------------------------------- set_field
+
+
+def set_field(recipe: ResolvedRecipe, path: str, value_src: str, sources: Sources) -> list[Edit]:
+    """Make ``path`` end up as ``value_src`` in the user's recipe.
+
+    * last write in the user's recipe function → replace that value expression (RHS / keyword value);
+    * object built by a constructor call there without that keyword → add ``name=value`` to the call;
+    * otherwise (library recipe, default, shared helper) → ``<cfg>.<path> = <value>`` before ``return``.
+    """
+    current, enclosing = _current_write(recipe, path)
+    if current is not None and current.origin in ("yaml", "cli"):
+        # An override wins over anything the recipe says: fix the override (YAML) or give up (--set).
+        ysrc = _source(sources, current.location, "yaml")
+        yaml_src = _python_to_yaml(value_src)
+        if ysrc is None or yaml_src is None:
+            return []
+        sp = _yaml_span(ysrc, current.location)
+        return _edit(ysrc, sp.start, sp.end, yaml_src)
+    if current is not None and _editable_write(recipe, current, sources):
+        src = _source(sources, current.location, "python")
+        idx = py_index(src.text) if src else None
+        if src is not None and idx is not None:
+            sp = idx.loc_span(current.location)
+            stmt = _assign_of_value(idx, sp)
+            shared = isinstance(stmt, cst.Assign) and len(stmt.targets) > 1  # a = b = value
+            if not shared:
+                return _edit(src, sp.start, sp.end, value_src)
+    elif current is None and enclosing is not None and _editable_write(recipe, enclosing, sources):
+        rest = path[len(enclosing.path) + 1 :]
+        if rest.isidentifier():
+            edits = add_keyword(enclosing.location, rest, value_src, sources)
+            if edits is not None:
+                return edits
+    target = _target_text(recipe, path)
+    if target is None or not _attribute_path_ok(recipe, path):
+        return []
+    return insert_before_return(recipe, f"{target} = {value_src}", sources)
+
+
+def _attribute_path_ok(recipe: ResolvedRecipe, path: str) -> bool:
+    """``cfg.a.b.c = v`` only works when ``a`` and ``a.b`` are config objects at that point: not a
+    string (``mixed_precision = "bf16_mixed"``), ``None`` (``comm_overlap = None``) or a number."""
+    parts = path.split(".")
+    for i in range(1, len(parts)):
+        f = recipe.fields.get(".".join(parts[:i]))
+        if f is not None and is_known(f.value) and not isinstance(f.value, dict):
+            return False
+    return True
+
+
+def _python_to_yaml(value_src: str) -> str | None:
+    """YAML for a Python literal source (``True`` → ``true``); ``None`` when it is not a literal."""
+    import ast
+
+    try:
+        value = ast.literal_eval(value_src)
+    except (ValueError, SyntaxError):
+        return None
+    try:
+        return yaml_literal(value)
+    except TypeError:
+        return None
+
+
+def add_keyword(call_location: Location, name: str, value_src: str, sources: Sources) -> list[Edit] | None:
+    """Add (or set) keyword ``name=value_src`` on the call expression at ``call_location``.
+    ``None`` when there is no call there."""
+    src = _source(sources, call_location, "python")
+    idx = py_index(src.text) if src else None
+    if src is None or idx is None:
+        return None
+    sp = idx.loc_span(call_location)
+    call = idx.smallest(sp, (cst.Call,))
+    if not isinstance(call, cst.Call):
+        return None
+    csp = idx.span(call)
+    if csp.start != sp.start and csp.end != sp.end:  # the call must be the value itself, not inside it
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            vs = idx.span(arg.value)
+            return _edit(src, vs.start, vs.end, value_src)
+        if arg.star:  # **kwargs could already carry it: do not guess
+            return None
+    text = src.text
+    new_arg = f"{name}={value_src}"
+    if not call.args:
+        rpar = csp.end - 1
+        return [Edit(src.path, rpar, rpar, new_arg)]
+    return _append_element(src, idx, call.args[-1], call.args[-1].comma, csp.end - 1, new_arg, text)
+
+
+def _append_element(
+    src: SourceFile,
+    idx: PyIndex,
+    last: cst.CSTNode,
+    last_comma: Any,
+    closer: int,
+    new_elem: str,
+    text: str,
+) -> list[Edit]:
+    """Append ``new_elem`` after ``last`` in a call/dict ending at ``closer`` (offset of ``)``/``}``),
+    following the layout: one per line (with trailing comma) or inline."""
+    lines = idx.lines
+    value_node = getattr(last, "value", last)
+    v_end = idx.span(value_node).end
+    has_comma = isinstance(last_comma, cst.Comma)
+    last_start = idx.span(last).start
+    if lines.line_of(closer) == lines.line_of(v_end):
+        # closer on the same line as the last element: inline append.
+        if has_comma:
+            after = v_end
+            while after < closer and text[after] in " \t":
+                after += 1
+            comma_end = after + 1 if text[after : after + 1] == "," else v_end
+            return [Edit(src.path, comma_end, comma_end, f" {new_elem},")]
+        return [Edit(src.path, v_end, v_end, f", {new_elem}")]
+    # Multi-line: a new line after the last element's line, indented like that element.
+    elem_line = lines.line_of(last_start)
+    line_txt = lines.line_text(elem_line)
+    col = last_start - lines.line_start(elem_line)
+    indent = indentation(line_txt) if line_txt[:col].strip() == "" else " " * col
+    edits: list[Edit] = []
+    if not has_comma:
+        edits.append(Edit(src.path, v_end, v_end, ","))
+    end_line = lines.line_of(v_end)
+    comma_pos = text.find(",", v_end, lines.line_end(end_line))
+    if has_comma and comma_pos >= 0:
+        end_line = lines.line_of(comma_pos)
+    ins = lines.line_end(end_line)
+    nl = newline_of(text)
+    if ins >= len(text) or ins > closer:
+        return []
+    edits.append(Edit(src.path, ins, ins, f"{indent}{new_elem},{nl}"))
+    return edits
+
+
+# --------------------------------------------------------------------------- env_vars dicts
+
+
+def _dict_at(idx: PyIndex, loc: Location) -> cst.Dict | None:
+    sp = idx.loc_span(loc)
+    node = idx.smallest(sp, (cst.Dict,))
+    if not isinstance(node, cst.Dict):
+        return None
+    dsp = idx.span(node)
+    # The dict must be the value (possibly parenthesised), not something inside it.
+    if sp.start < dsp.start or idx.text[dsp.start : sp.start].strip("( \t\r\n"):
+        return None
+    return node
+
+
+def _string_key(elem: cst.BaseDictElement) -> str | None:
+    if isinstance(elem, cst.DictElement) and isinstance(elem.key, cst.SimpleString):
+        val = elem.key.evaluated_value
+        return val if isinstance(val, str) else None
+    return None
+
+
+def _key_quote(d: cst.Dict) -> str:
+    for el in d.elements:
+        if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+            return el.key.quote[-1] if el.key.quote else '"'
+    return '"'
+
+
+def _dict_literal_edits(src: SourceFile, idx: PyIndex, d: cst.Dict, key: str, value_src: str) -> list[Edit]:
+    for el in d.elements:
+        if _string_key(el) == key and isinstance(el, cst.DictElement):
+            vs = idx.span(el.value)
+            return _edit(src, vs.start, vs.end, value_src)
+    q = _key_quote(d)
+    new_elem = f"{q}{key}{q}: {value_src}"
+    dsp = idx.span(d)
+    closer = src.text.rfind("}", dsp.start, dsp.end)
+    if not d.elements:
+        return [Edit(src.path, dsp.start, closer + 1, "{" + new_elem + "}")]
+    last = d.elements[-1]
+    return _append_element(src, idx, last, last.comma, closer, new_elem, src.text)
+
+
+def set_dict_key(
+    recipe: ResolvedRecipe, dict_path: str, key: str, value_src: str, sources: Sources
+) -> list[Edit]:
+    """Add or replace ``key`` in the dict at ``dict_path`` (``env_vars``).
+
+    * a later ``cfg.env_vars["K"] = v`` (or keyword value) in the recipe → replace its value;
+    * ``cfg.env_vars = {**COMMON_..., ...}`` literal in the recipe → add/replace the entry in place
+      (quote style, layout and trailing comma kept);
+    * otherwise → ``cfg.env_vars["K"] = v`` before ``return``.
+    """
+    wk, _ = _current_write(recipe, f"{dict_path}.{key}")
+    wd = None
+    i_d = _last_index(recipe.writes, lambda w: w.path == dict_path)
+    if i_d is not None:
+        wd = recipe.writes[i_d]
+    if wk is not None and _editable_write(recipe, wk, sources):
+        src = _source(sources, wk.location, "python")
+        idx = py_index(src.text) if src else None
+        if src is not None and idx is not None:
+            sp = idx.loc_span(wk.location)
+            return _edit(src, sp.start, sp.end, value_src)
+    if wd is not None and (wk is None or not _after(recipe, wk, wd)) and _editable_write(recipe, wd, sources):
+        src = _source(sources, wd.location, "python")
+        idx = py_index(src.text) if src else None
+        if src is not None and idx is not None:
+            d = _dict_at(idx, wd.location)
+            if d is not None:
+                return _dict_literal_edits(src, idx, d, key, value_src)
+    if not recipe.config_var:
+        return []
+    return insert_before_return(
+        recipe, f"{recipe.config_var}.{dict_path}[{json.dumps(key)}] = {value_src}", sources
+    )
+
+
+def _after(recipe: ResolvedRecipe, a: Write, b: Write) -> bool:
+    """True when write ``a`` comes after ``b`` in execution order."""
+    try:
+        return recipe.writes.index(a) > recipe.writes.index(b)
+    except ValueError:
+        return False
+
+
+def _string_literal_at(idx: PyIndex, loc: Location) -> cst.SimpleString | None:
+    sp = idx.loc_span(loc)
+    node = idx.smallest(sp, (cst.SimpleString,))
+    if isinstance(node, cst.SimpleString) and idx.span(node).start == sp.start:
+        return node
+    return None
+
+
+def extend_alloc_conf(
+    recipe: ResolvedRecipe,
+    option: str,
+    sources: Sources,
+    *,
+    var: str = "PYTORCH_CUDA_ALLOC_CONF",
+    dict_path: str = "env_vars",
+) -> list[Edit]:
+    """Set allocator option ``option`` (``expandable_segments:True``) in ``env_vars[var]``, keeping
+    the other options: edits the string literal in place when the recipe wrote it, else sets the
+    key to the merged effective value."""
+    path = f"{dict_path}.{var}"
+    wk, _ = _current_write(recipe, path)
+    if wk is not None and _editable_write(recipe, wk, sources):
+        src = _source(sources, wk.location, "python")
+        idx = py_index(src.text) if src else None
+        lit = _string_literal_at(idx, wk.location) if idx else None
+        if src is not None and idx is not None and lit is not None:
+            cur = lit.evaluated_value
+            if isinstance(cur, str) and "\\" not in lit.value:
+                merged = merge_alloc_conf(cur, option)
+                sp = idx.span(lit)
+                return _edit(src, sp.start, sp.end, f"{lit.prefix}{lit.quote}{merged}{lit.quote}")
+    # Value inside a dict literal of the recipe without its own write record.
+    i_d = _last_index(recipe.writes, lambda w: w.path == dict_path)
+    if i_d is not None and (wk is None or not _after(recipe, wk, recipe.writes[i_d])):
+        wd = recipe.writes[i_d]
+        src = _source(sources, wd.location, "python")
+        idx = py_index(src.text) if src else None
+        d = _dict_at(idx, wd.location) if (idx and _editable_write(recipe, wd, sources)) else None
+        if src is not None and idx is not None and d is not None:
+            for el in d.elements:
+                if _string_key(el) == var and isinstance(el, cst.DictElement):
+                    if isinstance(el.value, cst.SimpleString) and "\\" not in el.value.value:
+                        cur = el.value.evaluated_value
+                        if isinstance(cur, str):
+                            lit = el.value
+                            sp = idx.span(lit)
+                            merged = merge_alloc_conf(cur, option)
+                            return _edit(src, sp.start, sp.end, f"{lit.prefix}{lit.quote}{merged}{lit.quote}")
+                    break
+    f = recipe.fields.get(path)
+    current = f.value if (f is not None and is_known(f.value) and isinstance(f.value, str)) else None
+    merged = merge_alloc_conf(current, option)
+    if current is not None and merged == current:
+        return []
+    return set_dict_key(recipe, dict_path, var, json.dumps(merged), sources)
+
+
+# --------------------------------------------------------------------------- rename / remove
+
+
+def _last_segment(write: Write) -> str:
+    if write.target_text:
+        return write.target_text.rsplit(".", 1)[-1].strip()
+    return write.path.rsplit(".", 1)[-1]
+
+
+def _norm(s: str) -> str:
+    return "".join(s.split())
+
+
+def _assignment_node(idx: PyIndex, write: Write) -> cst.CSTNode | None:
+    loc = write.statement or write.location
+    sp = idx.loc_span(loc)
+    if write.statement is not None:
+        for types in ((cst.Arg,), (cst.Assign, cst.AnnAssign)):
+            node = idx.smallest(sp, types)
+            if node is not None and idx.span(node).start == sp.start:
+                return node
+    node = idx.smallest(idx.loc_span(write.location), (cst.Arg, cst.Assign, cst.AnnAssign))
+    if isinstance(node, cst.Arg) and node.keyword is None:
+        return idx.smallest(idx.span(node), (cst.Assign, cst.AnnAssign))
+    return node
+
+
+def rename_attribute(write: Write, new_name: str, sources: Sources) -> list[Edit]:
+    """Rename the written attribute (``cfg.model.recompute_granulariy`` → ``recompute_granularity``)
+    or keyword (``LoRA(dimm=8)`` → ``dim=8``). Only the name token changes."""
+    src = _source(sources, write.statement or write.location, "python")
+    idx = py_index(src.text) if src else None
+    if src is None or idx is None:
+        return []
+    node = _assignment_node(idx, write)
+    old = _last_segment(write)
+    if isinstance(node, cst.Arg):
+        if node.keyword is None:
+            return []
+        ks = idx.span(node.keyword)
+        return _edit(src, ks.start, ks.end, new_name)
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, cst.AnnAssign):
+        targets = [node.target]
+    chosen: cst.Attribute | None = None
+    for t in targets:
+        if not isinstance(t, cst.Attribute):
+            continue
+        if write.target_text and _norm(idx.code(t)) == _norm(write.target_text):
+            chosen = t
+            break
+        if chosen is None and t.attr.value in (old, new_name):
+            chosen = t
+    if chosen is None:
+        return []
+    ns = idx.span(chosen.attr)
+    return _edit(src, ns.start, ns.end, new_name)
+
+
+def remove_assignment(write: Write, sources: Sources) -> list[Edit]:
+    """Delete the statement (whole line, with its trailing comment) or the ``name=value`` keyword
+    argument that made ``write``. A statement alone in its block becomes ``pass``."""
+    src = _source(sources, write.statement or write.location, "python")
+    idx = py_index(src.text) if src else None
+    if src is None or idx is None:
+        return []
+    node = _assignment_node(idx, write)
+    if isinstance(node, cst.Arg):
+        return _remove_arg(src, idx, node)
+    if not isinstance(node, (cst.Assign, cst.AnnAssign)):
+        return []
+    line_node = idx.ancestor(node, (cst.SimpleStatementLine,))
+    if not isinstance(line_node, cst.SimpleStatementLine):
+        return []
+    lines = idx.lines
+    text = src.text
+    if len(line_node.body) > 1:
+        pos = [i for i, s in enumerate(line_node.body) if s is node]
+        if not pos:
+            return []
+        i = pos[0]
+        ssp = idx.span(node)
+        if i + 1 < len(line_node.body):
+            nxt = idx.span(line_node.body[i + 1]).start
+            return [Edit(src.path, ssp.start, nxt, "")]
+        start = ssp.start
+        while start > 0 and text[start - 1] in " \t;":
+            start -= 1
+        end = ssp.end
+        while end < len(text) and text[end] in " \t;":
+            end += 1
+        return [Edit(src.path, start, end, "")]
+    lsp = idx.span(line_node)
+    first, last = lines.line_of(lsp.start), lines.line_of(max(lsp.end - 1, lsp.start))
+    block = idx.parent(line_node)
+    body = getattr(block, "body", None)
+    if isinstance(block, cst.IndentedBlock) and isinstance(body, (list, tuple)) and len(body) == 1:
+        end = lines.line_end(last, keep_newline=False)
+        return [Edit(src.path, lsp.start, end, "pass")]
+    if isinstance(block, cst.SimpleStatementSuite):
+        return []
+    return [Edit(src.path, lines.line_start(first), lines.line_end(last), "")]
+
+
+def _remove_arg(src: SourceFile, idx: PyIndex, arg: cst.Arg) -> list[Edit]:
+    call = idx.parent(arg)
+    if not isinstance(call, cst.Call):
+        return []
+    text, lines = src.text, idx.lines
+    args = list(call.args)
+    i = next((k for k, a in enumerate(args) if a is arg), -1)
+    if i < 0:
+        return []
+    start = idx.span(arg.keyword or arg.value).start
+    v_end = idx.span(arg.value).end
+    end = v_end
+    comma = text.find(",", v_end, idx.span(call).end - 1) if isinstance(arg.comma, cst.Comma) else -1
+    if comma >= 0:
+        end = comma + 1
+    first, last = lines.line_of(start), lines.line_of(end)
+    own_line = lines.line_text(first)[: start - lines.line_start(first)].strip() == ""
+    rest = text[end : lines.line_end(last, keep_newline=False)].strip()
+    if own_line and (rest == "" or rest.startswith("#")) and idx.span(call).end > lines.line_end(last):
+        return [Edit(src.path, lines.line_start(first), lines.line_end(last), "")]
+    if comma >= 0:
+        while end < len(text) and text[end] in " \t":
+            end += 1
+        return [Edit(src.path, start, end, "")]
+    if i > 0:
+        prev_end = idx.span(args[i - 1].value).end
+        return [Edit(src.path, prev_end, v_end, "")]
+    return [Edit(src.path, start, v_end, "")]
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+def _yaml_source(sources: Sources, loc: Location) -> SourceFile | None:
+    return _source(sources, loc, "yaml")
+
+
+def _yaml_span(src: SourceFile, loc: Location, offsets: tuple[int, int] | None = None) -> Span:
+    if offsets is not None and 0 <= offsets[0] <= offsets[1] <= len(src.text):
+        return Span(offsets[0], offsets[1])
+    lines = LineTable(src.text)
+    s = lines.char_offset(loc.line, loc.column)
+    if loc.end_line is None or loc.end_column is None:
+        return Span(s, s)
+    return Span(s, lines.char_offset(loc.end_line, loc.end_column))
+
+
+def yaml_set_value(entry: OverrideEntry, new_src: str, sources: Sources) -> list[Edit]:
+    """Replace the value of a YAML override entry (only the scalar's text; comment after it kept)."""
+    src = _yaml_source(sources, entry.location)
+    if src is None:
+        return []
+    if entry.location == entry.key_location:  # ``key:`` without a value
+        ks = _yaml_span(src, entry.key_location, entry.key_offsets)
+        colon = src.text.find(":", ks.end)
+        if colon < 0:
+            return []
+        return [Edit(src.path, colon + 1, colon + 1, f" {new_src}")]
+    sp = _yaml_span(src, entry.location, entry.value_offsets)
+    return _edit(src, sp.start, sp.end, new_src)
+
+
+def yaml_rename_key(entry: OverrideEntry, new_key: str, sources: Sources) -> list[Edit]:
+    """Rename the last segment of a YAML key (quoting and ``+``/``~`` prefixes kept). ``new_key`` is
+    the new last segment, or the full new dotted path when it keeps the entry's parent path."""
+    src = _yaml_source(sources, entry.key_location)
+    if src is None:
+        return []
+    parent = entry.path.rsplit(".", 1)[0] if "." in entry.path else ""
+    if "." in new_key:
+        if not parent or not new_key.startswith(parent + ".") or "." in new_key[len(parent) + 1 :]:
+            return []  # a move to another section, not a rename
+        new_key = new_key[len(parent) + 1 :]
+    sp = _yaml_span(src, entry.key_location, entry.key_offsets)
+    key_text = src.text[sp.start : sp.end]
+    old = entry.path.rsplit(".", 1)[-1]
+    pos = key_text.rfind(old)
+    if pos < 0:
+        return []
+    return _edit(src, sp.start + pos, sp.start + pos + len(old), new_key)
+
+
+def _yaml_load(text: str) -> Any:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="rt")
+    try:
+        return yaml.load(text)
+    except Exception:  # noqa: BLE001 - any YAML error: no structural fix
+        return None
+
+
+def _block_last_line(lines: LineTable, key_line: int) -> int:
+    """Last line (1-based) of the block that starts with the key on ``key_line``: following lines
+    indented deeper, ignoring trailing blank and comment lines."""
+    base = len(indentation(lines.line_text(key_line)))
+    last = key_line
+    ln = key_line + 1
+    while ln <= lines.n_lines:
+        t = lines.line_text(ln)
+        s = t.strip()
+        if s and not s.startswith("#"):
+            if len(indentation(t)) <= base or s.startswith("---") or s.startswith("..."):
+                break
+            last = ln
+        ln += 1
+    return last
+
+
+def _yaml_map_path(data: Any, segs: list[str]) -> list[Any]:
+    """Maps along ``segs`` from the root (``[root, root[s0], ...]``) while they are mappings."""
+    from ruamel.yaml.comments import CommentedMap
+
+    chain = [data]
+    node = data
+    for seg in segs:
+        if isinstance(node, CommentedMap) and seg in node and isinstance(node[seg], CommentedMap):
+            node = node[seg]
+            chain.append(node)
+        else:
+            break
+    return chain
+
+
+def yaml_remove_entry(entry: OverrideEntry, sources: Sources) -> list[Edit]:
+    """Delete a YAML entry's lines (a block value with it). When that empties its parent mapping,
+    the parent goes too (an empty ``model:`` would set the section to ``None``)."""
+    from ruamel.yaml.comments import CommentedMap
+
+    src = _yaml_source(sources, entry.key_location)
+    if src is None:
+        return []
+    lines = LineTable(src.text)
+    key_line = entry.key_location.line
+    segs = entry.path.split(".")
+    data = _yaml_load(src.text)
+    if isinstance(data, CommentedMap):
+        chain = _yaml_map_path(data, segs[:-1])
+        # Walk up while the map would become empty.
+        depth = len(chain) - 1
+        if depth == len(segs) - 1:
+            while depth >= 1 and len(chain[depth]) == 1:
+                parent = chain[depth - 1]
+                seg = segs[depth - 1]
+                try:
+                    key_line = parent.lc.key(seg)[0] + 1
+                except (KeyError, AttributeError, TypeError):
+                    break
+                depth -= 1
+    if "{" in lines.line_text(key_line).split("#", 1)[0].split(":", 1)[0]:
+        return []
+    last = max(_block_last_line(lines, key_line), entry.location.end_line or key_line)
+    if key_line != entry.key_location.line:
+        last = _block_last_line(lines, key_line)
+    start_line_text = lines.line_text(key_line)
+    if start_line_text.lstrip().startswith("- "):
+        return []
+    return [Edit(src.path, lines.line_start(key_line), lines.line_end(last), "")]
+
+
+def yaml_add_entry(override_file: OverrideFile, path: str, value_src: str, sources: Sources) -> list[Edit]:
+    """Add ``path: value`` to a YAML override file, nested under the existing mappings
+    (``model:`` → ``  recompute_granularity: selective``), at the end of the deepest existing block,
+    with the file's indentation. An existing entry is set instead."""
+    from ruamel.yaml.comments import CommentedMap
+
+    src = sources.get(override_file.path)
+    if src is None or src.kind != "yaml":
+        return []
+    for e in override_file.entries:
+        if e.path == path and e.op != "delete":
+            return yaml_set_value(e, value_src, sources)
+    text = src.text
+    lines = LineTable(text)
+    nl = newline_of(text)
+    segs = path.split(".")
+    data = _yaml_load(text) if text.strip() else CommentedMap()
+    if data is None and text.strip():
+        return []
+    if data is None:
+        data = CommentedMap()
+    if not isinstance(data, CommentedMap):
+        return []
+    chain = _yaml_map_path(data, segs[:-1])
+    depth = len(chain) - 1
+    parent = chain[-1]
+    if segs[depth] in parent and depth == len(segs) - 1:
+        return []  # exists but the loader did not report it: do not guess
+    if segs[depth] in parent:
+        return []  # a scalar/null where a mapping is needed
+    unit = _yaml_indent_unit(lines)
+    remaining = segs[depth:]
+    if depth == 0:
+        base_col = 0
+        ins = len(text)
+        prefix = "" if (text == "" or text.endswith("\n")) else nl
+    else:
+        if parent.fa.flow_style() or not len(parent):
+            return []
+        first_key = next(iter(parent))
+        try:
+            k_line, k_col = parent.lc.key(first_key)
+            pk_line, _ = chain[-2].lc.key(segs[depth - 1])
+        except (KeyError, AttributeError, TypeError):
+            return []
+        base_col = k_col
+        last = _block_last_line(lines, pk_line + 1)
+        ins = lines.line_end(last)
+        prefix = "" if text[:ins].endswith("\n") else nl
+        del k_line
+    out: list[str] = []
+    for j, seg in enumerate(remaining):
+        pad = " " * (base_col + j * unit)
+        if j == len(remaining) - 1:
+            out.append(f"{pad}{seg}: {value_src}{nl}")
+        else:
+            out.append(f"{pad}{seg}:{nl}")
+    return [Edit(src.path, ins, ins, prefix + "".join(out))]
+
+
+def _yaml_indent_unit(lines: LineTable) -> int:
+    widths = set()
+    for ln in range(1, lines.n_lines + 1):
+        t = lines.line_text(ln)
+        s = t.strip()
+        if s and not s.startswith("#") and not s.startswith("- "):
+            w = len(indentation(t))
+            if w:
+                widths.add(w)
+    return min(widths) if widths else 2

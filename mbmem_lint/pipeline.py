@@ -1,0 +1,150 @@
+"""discover → parse → resolve → check → (estimate inside the capacity rules) → fix → report.
+
+The CLI is a thin layer over :func:`run_check`; tests use :func:`lint_source`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic
+from mbmem_lint.discover.files import discover
+from mbmem_lint.parse.yaml_overrides import OverrideFile, load_override_file
+from mbmem_lint.resolve.resolved import ResolvedRecipe
+from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
+from mbmem_lint.settings import Settings
+from mbmem_lint.sources import SourceFile, Sources
+
+
+@dataclass
+class CheckRun:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    recipes: list[ResolvedRecipe] = field(default_factory=list)
+    sources: Sources = field(default_factory=dict)
+    overrides: list[OverrideFile] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    functions_seen: int = 0
+
+
+def _looks_like_override(f: OverrideFile) -> bool:
+    """A YAML file found by walking a folder is an override file only when it pairs with a recipe
+    or its top-level keys are ConfigContainer sections (not a CI workflow or a model card)."""
+    if f.recipe_ref:
+        return True
+    try:
+        from mbmem_lint.resolve.schema import CONFIG_CONTAINER, Schema
+
+        container = Schema.load().get(CONFIG_CONTAINER)
+    except (FileNotFoundError, OSError):
+        return False
+    if container is None or not f.entries:
+        return False
+    return all(e.path.split(".")[0].lstrip("+~") in container.fields for e in f.entries)
+
+
+def resolve_paths(paths: list[str], settings: Settings, options: ResolveOptions) -> CheckRun:
+    found = discover(paths, settings)
+    run = CheckRun()
+    run.diagnostics.extend(found.diagnostics)
+    for src in found.python + found.yaml:
+        run.sources[src.path] = src
+    overrides: list[OverrideFile] = []
+    for src in found.yaml:
+        f = load_override_file(src.path, src.text)
+        if src.path in found.explicit_yaml or _looks_like_override(f):
+            overrides.append(f)
+            run.diagnostics.extend(f.diagnostics)
+    resolver = Resolver(settings, options)
+    result = resolver.resolve_all(found.python, overrides)
+    run.diagnostics.extend(result.diagnostics)
+    run.recipes = result.recipes
+    run.overrides = overrides
+    run.failed = result.failed
+    run.functions_seen = result.functions_seen
+    return run
+
+
+def filter_tool_diagnostics(diags: list[Diagnostic], settings: Settings) -> list[Diagnostic]:
+    """select/ignore/per-file-ignores for tool diagnostics (MBM0xx) produced outside the rule engine."""
+    out = []
+    for d in diags:
+        if settings.select and not any(d.code.startswith(s) for s in settings.select):
+            continue
+        ignored = list(settings.ignore) + settings.ignored_codes_for(d.location.path)
+        if any(d.code.startswith(i) for i in ignored):
+            continue
+        sev = settings.severity.get(d.code)
+        if sev in SEVERITY_RANK:
+            d.severity = sev  # type: ignore[assignment]
+        out.append(d)
+    return out
+
+
+def run_check(paths: list[str], settings: Settings, options: ResolveOptions) -> CheckRun:
+    from mbmem_lint.check.engine import run_checks
+
+    run = resolve_paths(paths, settings, options)
+    tool = filter_tool_diagnostics(run.diagnostics, settings)
+    findings = run_checks(run.recipes, run.overrides, settings, run.sources)
+    run.diagnostics = sorted(tool + findings, key=lambda d: d.sort_key())
+    return run
+
+
+def exit_code(diagnostics: list[Diagnostic], settings: Settings) -> int:
+    threshold = SEVERITY_RANK[settings.fail_level]
+    return 1 if any(SEVERITY_RANK[d.severity] >= threshold for d in diagnostics) else 0
+
+
+def lint_source(
+    source_text: str,
+    *,
+    filename: str = "recipe.py",
+    yaml: str | None = None,
+    settings: Settings | None = None,
+    gpu: str | None = None,
+    world_size: int | None = None,
+) -> list[Diagnostic]:
+    """Lint one recipe snippet (and optionally a YAML override paired with every recipe in it).
+
+    Files are written to a temporary folder so the run is the real one; paths in the diagnostics
+    are the bare file names.
+    """
+    return lint_source_run(source_text, filename=filename, yaml=yaml, settings=settings, gpu=gpu,
+                           world_size=world_size).diagnostics
+
+
+def lint_source_run(
+    source_text: str,
+    *,
+    filename: str = "recipe.py",
+    yaml: str | None = None,
+    settings: Settings | None = None,
+    gpu: str | None = None,
+    world_size: int | None = None,
+) -> CheckRun:
+    settings = settings or Settings()
+    with tempfile.TemporaryDirectory(prefix="mbmem-") as tmp:
+        old = os.getcwd()
+        os.chdir(tmp)
+        try:
+            Path(filename).write_text(source_text, encoding="utf-8")
+            paths = [filename]
+            if yaml is not None:
+                yaml_text = yaml
+                if "mbmem-lint: recipe=" not in yaml_text:
+                    yaml_text = f"# mbmem-lint: recipe={filename}::*\n" + yaml_text
+                Path("override.yaml").write_text(yaml_text, encoding="utf-8")
+                paths.append("override.yaml")
+            return run_check(paths, settings, ResolveOptions(gpu=gpu, world_size=world_size))
+        finally:
+            os.chdir(old)
+
+
+def read_sources(run: CheckRun) -> Sources:
+    return run.sources
+
+
+__all__ = ["CheckRun", "SourceFile", "exit_code", "lint_source", "lint_source_run", "resolve_paths", "run_check"]

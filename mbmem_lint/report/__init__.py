@@ -1,0 +1,83 @@
+"""Report formats: ``text`` (terminal), ``json``, ``github`` (workflow annotations), ``sarif``
+(code scanning) and ``markdown`` (PR summaries). One module per format; :func:`render` dispatches.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from mbmem_lint.diagnostics import Diagnostic
+from mbmem_lint.report.common import Summary, summarize, summary_sentence
+from mbmem_lint.report.github import render_github, write_step_summary
+from mbmem_lint.report.json_format import build_json, render_json
+from mbmem_lint.report.markdown import render_markdown, summary_markdown
+from mbmem_lint.report.sarif import build_sarif, render_sarif
+from mbmem_lint.report.text import render_text, use_color
+from mbmem_lint.sources import Sources
+
+FORMATS: tuple[str, ...] = ("text", "json", "github", "sarif", "markdown")
+
+__all__ = [
+    "FORMATS",
+    "Summary",
+    "build_json",
+    "build_sarif",
+    "default_format",
+    "render",
+    "summarize",
+    "summary_markdown",
+    "summary_sentence",
+    "use_color",
+    "write_step_summary",
+]
+
+
+def default_format(env: Mapping[str, str] | None = None) -> str:
+    """``github`` inside GitHub Actions (``GITHUB_ACTIONS=true``), else ``text``. Only used when
+    no ``--format`` is given."""
+    env = os.environ if env is None else env
+    return "github" if env.get("GITHUB_ACTIONS") == "true" else "text"
+
+
+def render(
+    diagnostics: Iterable[Diagnostic],
+    fmt: str,
+    *,
+    sources: Sources,
+    stream: TextIO,
+    estimates: Iterable[Any] | None = None,
+    color: bool | None = None,
+    rules: Sequence[Any] | None = None,
+    root: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``diagnostics`` to ``stream`` in format ``fmt``.
+
+    ``estimates``: memory estimates (``Estimate`` objects or their JSON dicts) for the Markdown
+    output and the GitHub step summary. ``color``: force colour on/off for ``text`` (None: TTY and
+    ``NO_COLOR``). ``rules``: catalog rules for SARIF (default: the registry). ``root``: folder
+    SARIF URIs are relative to (default: paths as given). ``env``: environment (default
+    ``os.environ``) for ``NO_COLOR`` and ``GITHUB_STEP_SUMMARY``.
+
+    With ``github``, when ``GITHUB_STEP_SUMMARY`` is set, a Markdown summary is appended to it.
+    """
+    diags = list(diagnostics)
+    env = os.environ if env is None else env
+    if fmt == "text":
+        render_text(diags, stream, sources=sources, color=color, env=env)
+    elif fmt == "json":
+        render_json(diags, stream)
+    elif fmt == "github":
+        render_github(diags, stream)
+        summary_path = env.get("GITHUB_STEP_SUMMARY")
+        if summary_path:
+            write_step_summary(summary_path, diags, estimates)
+    elif fmt == "sarif":
+        render_sarif(diags, stream, rules=rules, sources=sources, root=root)
+    elif fmt == "markdown":
+        render_markdown(diags, stream, estimates=estimates)
+    else:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -1,0 +1,226 @@
+"""Abstract config objects → the flat, JSON-like view in :class:`ResolvedRecipe`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from mbmem_lint.diagnostics import Location
+from mbmem_lint.resolve.resolved import ResolvedField, Unknown, Write
+from mbmem_lint.resolve.values import BoundMethod, DictVal, Ext, Func, HFModel, LocalClass, ModuleRef, Obj, Prov
+
+MAX_DEPTH = 6
+
+
+def to_json(value: Any, depth: int = 0) -> Any:
+    """Plain JSON-like value for an abstract one (objects become ``{"_target_": cls}``)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Unknown):
+        return value
+    if isinstance(value, Ext):
+        return value.qualname
+    if isinstance(value, Obj):
+        return {"_target_": value.cls}
+    if depth > MAX_DEPTH:
+        return Unknown("value nested too deeply")
+    if isinstance(value, (list, tuple)):
+        return [to_json(v, depth + 1) for v in value]
+    if isinstance(value, DictVal):
+        return {str(k): to_json(s.value, depth + 1) for k, s in value.slots.items()}
+    if isinstance(value, Func):
+        return value.qualname
+    if isinstance(value, (HFModel, ModuleRef, BoundMethod, LocalClass)):
+        return Unknown("not a config value")
+    if isinstance(value, slice):
+        return Unknown("slice")
+    return Unknown(f"unsupported value {type(value).__name__}")
+
+
+def _field(value: Any, prov: Prov) -> ResolvedField:
+    note = prov.note
+    if isinstance(value, Unknown) and not note:
+        note = value.reason
+    return ResolvedField(to_json(value), prov.origin, prov.loc, prov.anchor, note)
+
+
+class FieldMap(Mapping[str, ResolvedField]):
+    """Fields of a resolved config, computed on demand from the object tree.
+
+    Rules read a few dozen paths of ~1000 per recipe, so a lookup walks the tree along the path
+    instead of flattening everything. Iterating (JSON output) flattens once and caches.
+    """
+
+    def __init__(self, root: Obj) -> None:
+        self.root = root
+        self._cache: dict[str, ResolvedField | None] = {}
+        self._explicit: dict[str, ResolvedField] | None = None
+        self._objects: dict[str, Obj] | None = None
+
+    # -- lookups ------------------------------------------------------------------------------
+    def _lookup(self, path: str) -> ResolvedField | None:
+        cur: Any = self.root
+        parts = path.split(".")
+        last = len(parts) - 1
+        for i, part in enumerate(parts):
+            if isinstance(cur, Obj):
+                slot = cur.slots.get(part) or cur.invalid.get(part)
+                if slot is None:
+                    return _default_field(cur, part) if i == last else self._default_chain(cur, parts[i:])
+            elif isinstance(cur, DictVal):
+                slot = cur.slots.get(part)
+                if slot is None:
+                    return None
+            else:
+                return None
+            if i == last:
+                return _field(slot.value, slot.prov)
+            cur = slot.value
+        return None
+
+    def _default_chain(self, obj: Obj, rest: list[str]) -> ResolvedField | None:
+        """A path through a default factory that nothing materialised (``dataset.x.y``)."""
+        schema = obj.schema
+        for part in rest[:-1]:
+            if schema is None or part not in schema.fields:
+                return None
+            q = schema.fields[part].default.get("factory")
+            if not isinstance(q, str):
+                return None
+            from mbmem_lint.resolve.schema import Schema
+
+            schema = Schema.load().get(q)
+        if schema is None or rest[-1] not in schema.fields:
+            return None
+        value = _default_value(schema.fields[rest[-1]].default, rest[-1])
+        p = obj.created
+        return ResolvedField(value, "default", p.loc, p.anchor, value.reason if isinstance(value, Unknown) else "")
+
+    def get_field(self, path: str) -> ResolvedField | None:
+        if path in self._cache:
+            return self._cache[path]
+        f = self._lookup(path)
+        self._cache[path] = f
+        return f
+
+    def __getitem__(self, path: str) -> ResolvedField:
+        f = self.get_field(path)
+        if f is None:
+            raise KeyError(path)
+        return f
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and self.get_field(path) is not None
+
+    # -- full views ---------------------------------------------------------------------------
+    def _walk_all(self) -> None:
+        if self._explicit is not None:
+            return
+        explicit: dict[str, ResolvedField] = {}
+        objects: dict[str, Obj] = {}
+        seen: set[int] = set()
+
+        def walk(obj: Obj, prefix: str, depth: int) -> None:
+            if id(obj) in seen or depth > MAX_DEPTH:
+                return
+            seen.add(id(obj))
+            objects[prefix] = obj
+            for table in (obj.slots, obj.invalid):
+                for name, slot in table.items():
+                    path = f"{prefix}.{name}" if prefix else name
+                    explicit[path] = _field(slot.value, slot.prov)
+                    v = slot.value
+                    if isinstance(v, Obj):
+                        walk(v, path, depth + 1)
+                    elif isinstance(v, DictVal):
+                        for key, ks in v.slots.items():
+                            explicit[f"{path}.{key}"] = _field(ks.value, ks.prov)
+
+        walk(self.root, "", 0)
+        self._explicit, self._objects = explicit, objects
+
+    @property
+    def explicit(self) -> dict[str, ResolvedField]:
+        """Every field something set (recipe, library, model table, runtime, overrides)."""
+        self._walk_all()
+        assert self._explicit is not None
+        return self._explicit
+
+    def __iter__(self) -> Iterator[str]:
+        self._walk_all()
+        assert self._explicit is not None and self._objects is not None
+        yield from self._explicit
+        for prefix, obj in self._objects.items():
+            if obj.schema is None:
+                continue
+            for name in obj.schema.fields:
+                path = f"{prefix}.{name}" if prefix else name
+                if path not in self._explicit:
+                    yield path
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _default_value(d: dict[str, Any], name: str) -> Any:
+    if "value" in d:
+        return d["value"]
+    if "symbol" in d:
+        return d["symbol"]
+    if "factory" in d:
+        return {"_target_": d["factory"]}
+    if d.get("required"):
+        return Unknown(f"required field {name} not set")
+    return Unknown(f"default of {name} is computed at runtime")
+
+
+def _default_field(obj: Obj, name: str) -> ResolvedField | None:
+    if obj.schema is None or name not in obj.schema.fields:
+        return None
+    value = _default_value(obj.schema.fields[name].default, name)
+    p = obj.created
+    return ResolvedField(value, "default", p.loc, p.anchor, value.reason if isinstance(value, Unknown) else "")
+
+
+def collect_writes(root: Obj) -> list[Write]:
+    """Every recorded assignment under ``root``, in execution order."""
+    writes: list[tuple[int, Write]] = []
+    seen: set[int] = set()
+
+    def add(path: str, owner: Obj | None, history: Any) -> None:
+        for rec in history:
+            p = rec.prov
+            if p.origin in ("default", "model-table"):
+                continue  # not assignments anyone wrote: the fields map keeps their values
+            writes.append((p.seq, Write(path, to_json(rec.value), p.origin, p.loc, p.anchor, rec.valid,
+                                        owner.cls if owner is not None else None, p.target_text, p.stmt,
+                                        p.function)))
+
+    def walk(obj: Obj, prefix: str, depth: int) -> None:
+        if id(obj) in seen or depth > MAX_DEPTH:
+            return
+        seen.add(id(obj))
+        for table in (obj.slots, obj.invalid):
+            for name, slot in table.items():
+                path = f"{prefix}.{name}" if prefix else name
+                if slot.history:
+                    add(path, obj, slot.history)
+                v = slot.value
+                if isinstance(v, Obj):
+                    walk(v, path, depth + 1)
+                elif isinstance(v, DictVal):
+                    for key, ks in v.slots.items():
+                        if ks.history:
+                            add(f"{path}.{key}", None, ks.history)
+
+    walk(root, "", 0)
+    writes.sort(key=lambda t: t[0])
+    return [w for _, w in writes]
+
+
+def flatten(root: Obj) -> tuple[FieldMap, list[Write]]:
+    return FieldMap(root), collect_writes(root)
+
+
+def location_key(loc: Location) -> tuple[str, int]:
+    return (loc.path, loc.line)

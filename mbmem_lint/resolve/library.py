@@ -1,0 +1,97 @@
+"""The shipped summary of megatron-bridge 0.6.2: the lowered IR of its recipe modules and helpers.
+
+User recipes call ``llama3_70b_pretrain_config()``, ``_pretrain_common()``, ``bf16_mixed()``,
+``default_peft_config("lora")``, userbuffers presets and ``**COMMON_RECIPE_ENV_VARS``. The summary
+holds exactly those modules, lowered by :mod:`mbmem_lint.parse.python` from the wheel's source
+(``mbmem-lint dev regenerate``), so the interpreter runs library code like linted code without
+the library being installed and without re-parsing it.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from mbmem_lint.parse.python import PythonParseError, lower_module
+
+LIBRARY_FILE = "library.json.gz"
+MEGATRON_BRIDGE_VERSION = "0.6.2"
+
+# Folders (all modules below) and single modules of megatron/bridge that recipes import code from.
+LIBRARY_TREES = ("recipes", "perf_recipes")
+LIBRARY_MODULES = (
+    "training/mixed_precision.py",
+    "training/comm_overlap.py",
+    "training/flex_dispatcher_backend.py",
+    "utils/cuda_graph.py",
+)
+
+
+class LibrarySummary:
+    def __init__(self, modules: dict[str, dict[str, Any]], version: str = MEGATRON_BRIDGE_VERSION) -> None:
+        self.modules = modules
+        self.version = version
+
+    @classmethod
+    @functools.lru_cache(maxsize=1)
+    def load(cls) -> LibrarySummary:
+        res = resources.files("mbmem_lint.data").joinpath(LIBRARY_FILE)
+        if not res.is_file():
+            return cls({})
+        data = json.loads(gzip.decompress(res.read_bytes()).decode("utf-8"))
+        return cls(data["modules"], data.get("megatron_bridge", MEGATRON_BRIDGE_VERSION))
+
+    def has_module(self, name: str) -> bool:
+        return name in self.modules
+
+    def module_body(self, name: str) -> list[Any] | None:
+        m = self.modules.get(name)
+        if m is None:
+            return None
+        body = m.get("body")
+        if body is None:
+            # Bodies ship as JSON strings and are parsed on first use: a recipe touches few modules.
+            body = m["body"] = json.loads(m["body_json"])
+        return body  # type: ignore[no-any-return]
+
+    def module_path(self, name: str) -> str:
+        return str(self.modules[name]["path"])
+
+    def is_package(self, name: str) -> bool:
+        return bool(self.modules[name].get("package"))
+
+
+def library_source_files(corpus: Path) -> list[Path]:
+    bridge = corpus / "megatron" / "bridge"
+    files: list[Path] = []
+    for tree in LIBRARY_TREES:
+        files.extend(sorted((bridge / tree).rglob("*.py")))
+    files.extend(bridge / m for m in LIBRARY_MODULES)
+    return files
+
+
+def generate_library(corpus: Path) -> dict[str, Any]:
+    """Lower every summary module of the unpacked wheel at ``corpus`` (holding ``megatron/bridge``)."""
+    modules: dict[str, dict[str, Any]] = {}
+    for f in library_source_files(corpus):
+        rel = f.relative_to(corpus).as_posix()
+        parts = rel[:-3].split("/")
+        package = parts[-1] == "__init__"
+        if package:
+            parts = parts[:-1]
+        try:
+            body = lower_module(f.read_text(encoding="utf-8"), rel)
+        except PythonParseError as exc:  # pragma: no cover - the wheel parses
+            raise RuntimeError(f"{rel}: {exc.message}") from exc
+        body_json = json.dumps(body, separators=(",", ":"))
+        modules[".".join(parts)] = {"path": rel, "package": package, "body_json": body_json}
+    return {"megatron_bridge": MEGATRON_BRIDGE_VERSION, "modules": dict(sorted(modules.items()))}
+
+
+def dump_library(data: dict[str, Any]) -> bytes:
+    raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return gzip.compress(raw, compresslevel=9, mtime=0)

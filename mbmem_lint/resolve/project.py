@@ -1,0 +1,332 @@
+"""The module universe the interpreter runs in: linted files, the shipped library summary, externals.
+
+Linted modules are named by their dotted file path, so imports resolve by suffix: in
+``/src/megatron/bridge/recipes/llama/llama3.py`` the import ``megatron.bridge.recipes.common``
+finds the linted ``common.py`` next to it before the shipped summary. Relative imports resolve
+against the importing module's own package. Anything else is external: an :class:`Ext` symbol
+that the schema may know as a config class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mbmem_lint.resolve.library import LibrarySummary
+from mbmem_lint.resolve.resolved import Unknown
+from mbmem_lint.resolve.values import DictVal, Ext, Func, HFModel, LocalClass, ModuleRef, Obj, Prov
+
+if TYPE_CHECKING:
+    from mbmem_lint.resolve.hf_models import ModelEntry
+    from mbmem_lint.resolve.interpreter import Interpreter
+    from mbmem_lint.resolve.schema import ClassSchema, Schema
+
+GPT_PROVIDER = "megatron.bridge.models.gpt_provider.GPTModelProvider"
+MODEL_BASES = (
+    "megatron.core.transformer.transformer_config.TransformerConfig",
+    "megatron.core.model_parallel_config.ModelParallelConfig",
+)
+# Provider fields a model table entry decides; unknown when the HF id is not in the table.
+SHAPE_FIELDS = (
+    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "ffn_hidden_size", "vocab_size", "seq_length", "num_moe_experts", "moe_ffn_hidden_size",
+    "moe_router_topk", "moe_shared_expert_intermediate_size", "moe_layer_freq", "gated_linear_unit",
+    "share_embeddings_and_output_weights", "multi_latent_attention", "mtp_num_layers",
+    "normalization", "add_bias_linear", "add_qkv_bias", "position_embedding_type",
+)
+
+
+class ModuleEnv:
+    def __init__(self, name: str, display_path: str, body: list[Any], *, is_library: bool,
+                 is_package: bool, file_path: Path | None = None) -> None:
+        self.name = name
+        self.display_path = display_path
+        self.body = body
+        self.is_library = is_library
+        self.is_package = is_package
+        self.file_path = file_path
+        self.globals: dict[str, Any] = {"__name__": "__main__" if not is_library else name}
+        self.state = "new"  # new → loading → done
+        self.loc_cache: dict[int, Any] = {}
+        self.toplevel_assigned: set[str] = set()
+
+    @property
+    def package(self) -> str:
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+def module_name_for(path: Path) -> tuple[str, bool]:
+    """Dotted name of a linted file from its absolute path, and whether it is a package."""
+    p = path.resolve()
+    parts = [x for x in p.with_suffix("").parts if x not in ("/", "")]
+    parts = [x.replace(":", "_") for x in parts]
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join(parts), is_package
+
+
+class Project:
+    def __init__(self, schema: Schema | None, models: dict[str, ModelEntry],
+                 library: LibrarySummary | None = None) -> None:
+        self.schema = schema
+        self.models = models
+        self.library = library if library is not None else LibrarySummary.load()
+        self.user: dict[str, ModuleEnv] = {}
+        self._suffix: dict[str, list[str]] = {}
+        self._lib_envs: dict[str, ModuleEnv] = {}
+        self._schema_cache: dict[str, ClassSchema | None] = {}
+        self._model_fields: set[str] | None = None
+        self.call_cache: dict[tuple[Any, ...], Any] = {}
+
+    # ------------------------------------------------------------------ modules
+    def add_user_module(self, path: Path, display_path: str, body: list[Any]) -> ModuleEnv:
+        name, is_package = module_name_for(path)
+        env = ModuleEnv(name, display_path, body, is_library=False, is_package=is_package, file_path=path)
+        self.user[name] = env
+        parts = name.split(".")
+        for i in range(len(parts)):
+            self._suffix.setdefault(".".join(parts[i:]), []).append(name)
+        return env
+
+    def module_exists(self, name: str) -> bool:
+        return self._find_user(name, None) is not None or self.library.has_module(name)
+
+    def _find_user(self, name: str, importer: ModuleEnv | None) -> str | None:
+        if name in self.user:
+            return name
+        cands = self._suffix.get(name)
+        if not cands:
+            return None
+        if len(cands) == 1 or importer is None:
+            return cands[0] if len(cands) == 1 else None
+        # Several linted modules end with this name: take the one closest to the importer.
+        imp = importer.name.split(".")
+
+        def shared(c: str) -> int:
+            n = 0
+            for a, b in zip(imp, c.split(".")):
+                if a != b:
+                    break
+                n += 1
+            return n
+
+        best = sorted(cands, key=lambda c: (-shared(c), c))
+        if len(best) > 1 and shared(best[0]) == shared(best[1]):
+            return None
+        return best[0]
+
+    def resolve_import(self, module: str, level: int, importer: ModuleEnv) -> str | None:
+        """Key of the module an import statement names (a linted or library module), else None."""
+        if level > 0:
+            base_parts = importer.package.split(".") if importer.package else []
+            if level - 1 > len(base_parts):
+                return None
+            base = ".".join(base_parts[: len(base_parts) - (level - 1)])
+            full = f"{base}.{module}" if module and base else (module or base)
+            if importer.is_library:
+                return full if self.library.has_module(full) else full
+            return full
+        found = self._find_user(module, importer)
+        if found is not None:
+            return found
+        return module
+
+    def load_module(self, key: str | None, interp: Interpreter) -> ModuleEnv | None:
+        if not key:
+            return None
+        env = self.user.get(key)
+        if env is None:
+            found = self._find_user(key, None)
+            env = self.user.get(found) if found else None
+        if env is None:
+            env = self._lib_envs.get(key)
+            if env is None:
+                body = self.library.module_body(key)
+                if body is None:
+                    return None
+                env = ModuleEnv(key, self.library.module_path(key), body, is_library=True,
+                                is_package=self.library.is_package(key))
+                self._lib_envs[key] = env
+        if env.state == "new":
+            self.execute_module(env, interp)
+        return env
+
+    def execute_module(self, env: ModuleEnv, interp: Interpreter) -> None:
+        from mbmem_lint.resolve.interpreter import Frame, _Break, _Continue, _Raise, _Return
+
+        env.state = "loading"
+        interp.stack.append(Frame(env, None, None))
+        try:
+            for stmt in env.body:
+                if stmt[0] == "assign":
+                    for t in stmt[1]:
+                        if t[0] == "n":
+                            env.toplevel_assigned.add(t[1])
+                try:
+                    interp.exec_stmt(stmt)
+                except (_Raise, _Return, _Break, _Continue):
+                    break
+        finally:
+            interp.stack.pop()
+            env.state = "done"
+
+    def module_attr(self, env: ModuleEnv, name: str, interp: Interpreter) -> Any:
+        if name in env.globals:
+            return env.globals[name]
+        sub = f"{env.name}.{name}"
+        if self.module_exists(sub):
+            return ModuleRef(sub)
+        if env.is_library:
+            return Ext(sub)
+        return Unknown(f"{name} is not defined in {env.display_path}")
+
+    def star_names(self, env: ModuleEnv, interp: Interpreter) -> dict[str, Any]:
+        exported = env.globals.get("__all__")
+        if isinstance(exported, (list, tuple)) and all(isinstance(x, str) for x in exported):
+            return {n: self.module_attr(env, n, interp) for n in exported}
+        return {k: v for k, v in env.globals.items() if not k.startswith("_")}
+
+    def import_value(self, name: str, importer: ModuleEnv, interp: Interpreter) -> Any:
+        key = self._find_user(name, importer)
+        if key is not None or self.library.has_module(name):
+            return ModuleRef(key or name)
+        return Ext(name)
+
+    # ------------------------------------------------------------------ schema
+    def schema_class(self, qualname: str) -> ClassSchema | None:
+        if self.schema is None:
+            return None
+        if qualname in self._schema_cache:
+            return self._schema_cache[qualname]
+        found = self.schema.get(qualname)
+        if found is None and qualname.startswith("megatron."):
+            found = self.schema.find(qualname)
+            if found is None:
+                # Re-exported across packages (megatron.bridge.training.config.RNGConfig is defined
+                # in megatron.training.config): a unique simple name, or the nearest module.
+                found = self.schema.find(qualname.rsplit(".", 1)[-1], module_hint=qualname)
+        self._schema_cache[qualname] = found
+        return found
+
+    def class_value(self, env: ModuleEnv, name: str) -> Any:
+        """A class statement's value: the schema class when the schema knows it (library code, or a
+        linted copy of it), otherwise an opaque local class."""
+        qual = f"{env.name}.{name}"
+        if not env.is_library and ".megatron." in f".{env.name}":
+            qual = "megatron." + f".{env.name}".split(".megatron.", 1)[1] + f".{name}"
+        if self.schema is not None and self.schema.get(qual) is not None:
+            return Ext(qual)
+        return LocalClass(qual)
+
+    def is_subclass(self, cls: str, base: str) -> bool:
+        if cls == base:
+            return True
+        if self.schema is None:
+            return False
+        b = self.schema_class(base)
+        base_q = b.qualname if b is not None else base
+        return bool(self.schema.is_subclass(cls, base_q))
+
+    def any_model_field(self, name: str) -> bool:
+        """True when some model-provider class in the schema has field ``name``."""
+        if self._model_fields is None:
+            names: set[str] = set()
+            if self.schema is not None:
+                for q in self.schema.classes:
+                    if any(self.schema.is_subclass(q, b) for b in MODEL_BASES):
+                        c = self.schema.get(q)
+                        if c is not None:
+                            names.update(c.fields)
+            self._model_fields = names
+        return name in self._model_fields
+
+    # ------------------------------------------------------------------ Bridge entry points
+    def special_call(self, qualname: str) -> Callable[..., Any] | None:
+        short = ".".join(qualname.split(".")[-2:])
+        if short == "AutoBridge.from_hf_pretrained":
+            return _from_hf_pretrained
+        if short == "AutoBridge.from_hf_config":
+            return lambda interp, args, kwargs, loc: HFModel(Unknown("model built from an in-memory HF config"))
+        if qualname.endswith("mixed_precision.get_mixed_precision_config"):
+            return _get_mixed_precision_config
+        if qualname == "dataclasses.replace":
+            return _dataclasses_replace
+        return None
+
+    def provider_for(self, interp: Interpreter, hf_id: Any, prov: Prov) -> Obj:
+        entry = self.models.get(hf_id) if isinstance(hf_id, str) else None
+        if entry is not None:
+            cls = self.schema_class(entry.provider)
+            obj = Obj(cls.qualname if cls else entry.provider, cls, prov)
+            if cls is None or not cls.qualname.endswith("GPTModelProvider"):
+                obj.open = True
+            table_prov = Prov(prov.loc, prov.anchor, "model-table", prov.seq, prov.stmt, None, prov.function,
+                              note=f"{hf_id}: {entry.source}")
+            for k, v in entry.fields.items():
+                interp.set_attr(obj, k, _from_json(v), table_prov)
+            return obj
+        cls = self.schema_class(GPT_PROVIDER)
+        obj = Obj(cls.qualname if cls else GPT_PROVIDER, cls, prov)
+        obj.open = True  # the real provider class is family-specific: do not flag its extra fields
+        why = (f"architecture of {hf_id!r} is not in the model table (add it under [tool.mbmem-lint.models])"
+               if isinstance(hf_id, str) else "Hugging Face model id is not statically known")
+        interp.note(why)
+        unknown_prov = Prov(prov.loc, prov.anchor, "model-table", prov.seq, prov.stmt, None, prov.function, why)
+        for k in SHAPE_FIELDS:
+            interp.set_attr(obj, k, Unknown(why), unknown_prov)
+        return obj
+
+
+def _from_json(v: Any) -> Any:
+    if isinstance(v, dict) and "symbol" in v and len(v) == 1:
+        return Ext(str(v["symbol"]))
+    return v
+
+
+def _from_hf_pretrained(interp: Interpreter, args: list[Any], kwargs: list[Any], loc: list[int]) -> Any:
+    hf_id: Any = args[0] if args else None
+    for k, v, _ in kwargs:
+        if k in ("pretrained_model_name_or_path", "hf_path", "model_id"):
+            hf_id = v
+    if hf_id is None:
+        hf_id = Unknown("no model id")
+    return HFModel(hf_id)
+
+
+def _get_mixed_precision_config(interp: Interpreter, args: list[Any], kwargs: list[Any], loc: list[int]) -> Any:
+    name = args[0] if args else None
+    if isinstance(name, Obj):
+        return name
+    if isinstance(name, str):
+        return mixed_precision_preset(interp, name, loc)
+    return Unknown("mixed-precision preset name not statically known")
+
+
+MIXED_PRECISION_MODULE = "megatron.bridge.training.mixed_precision"
+
+
+def mixed_precision_preset(interp: Interpreter, name: str, loc: list[int] | None) -> Any:
+    """Build the registered preset ``name`` (``bf16_mixed`` or ``bf16-mixed``) from the library summary."""
+    env = interp.project.load_module(MIXED_PRECISION_MODULE, interp)
+    if env is None:
+        return Unknown("mixed-precision presets are not in the library summary")
+    fn = env.globals.get(name.replace("-", "_"))
+    if not isinstance(fn, Func) or fn.name.startswith("_"):
+        return Unknown(f"unknown mixed-precision preset {name!r}")
+    return interp.call_func(fn, [], [], loc or fn.loc)
+
+
+def _dataclasses_replace(interp: Interpreter, args: list[Any], kwargs: list[Any], loc: list[int]) -> Any:
+    from mbmem_lint.resolve.clone import clone
+
+    if not args or not isinstance(args[0], Obj):
+        return Unknown("dataclasses.replace of an unknown value")
+    obj = clone(args[0])
+    for k, v, p in kwargs:
+        interp.set_attr(obj, k, v, p)
+    return obj
+
+
+__all__ = ["ModuleEnv", "Project", "DictVal", "LocalClass", "mixed_precision_preset"]

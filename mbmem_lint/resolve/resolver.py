@@ -1,0 +1,371 @@
+"""Resolve every recipe in a set of parsed files: detect recipes, evaluate them, apply overrides
+and Bridge's runtime rewrites, and flatten the result into :class:`ResolvedRecipe`."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mbmem_lint.diagnostics import Diagnostic, Location
+from mbmem_lint.parse.python import PythonParseError, lower_module
+from mbmem_lint.parse.yaml_overrides import OverrideFile
+from mbmem_lint.resolve import interpreter as interp_mod
+from mbmem_lint.resolve.clone import clone
+from mbmem_lint.resolve.flatten import flatten
+from mbmem_lint.resolve.interpreter import BudgetExceeded, Interpreter, loc_of
+from mbmem_lint.resolve.overrides import apply_overrides
+from mbmem_lint.resolve.project import ModuleEnv, Project
+from mbmem_lint.resolve.resolved import ResolvedRecipe, Unknown
+from mbmem_lint.resolve.runtime import RuntimeRewriter
+from mbmem_lint.resolve.target import resolve_target
+from mbmem_lint.resolve.values import Func, Obj
+from mbmem_lint.settings import Settings
+from mbmem_lint.sources import SourceFile
+
+CONFIG_CONTAINER_SUFFIX = ".ConfigContainer"
+RECIPE_TIME_BUDGET_S = 5.0
+
+
+@dataclass
+class ResolveOptions:
+    gpu: str | None = None
+    world_size: int | None = None
+    function: str | None = None  # only this recipe function (resolve/estimate FILE::FUNCTION)
+    recipe_ref: str | None = None  # --recipe FILE::FUNCTION pairing for the YAML files given
+    set_overrides: OverrideFile | None = None  # --set dotlist
+    apply_runtime: bool = True
+
+
+@dataclass
+class ResolveResult:
+    recipes: list[ResolvedRecipe] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    functions_seen: int = 0
+    failed: list[str] = field(default_factory=list)  # "path::function: reason"
+
+
+@dataclass
+class _Candidate:
+    env: ModuleEnv
+    func: Func | None  # None for module-level scripts
+    name: str
+    loc: list[int]
+    config_global: str | None = None
+
+
+def tool_diagnostic(code: str, name: str, severity: str, message: str, loc: Location) -> Diagnostic:
+    return Diagnostic(code=code, name=name, severity=severity, message=message, location=loc)  # type: ignore[arg-type]
+
+
+def load_default_project(settings: Settings) -> Project:
+    from mbmem_lint.resolve.hf_models import load_model_table
+    from mbmem_lint.resolve.schema import Schema
+
+    models = load_model_table(settings.models or None, settings.root)
+    return Project(Schema.load(), models)
+
+
+class Resolver:
+    def __init__(self, settings: Settings, options: ResolveOptions | None = None,
+                 project: Project | None = None) -> None:
+        self.settings = settings
+        self.options = options or ResolveOptions()
+        self.project = project if project is not None else load_default_project(settings)
+        self.result = ResolveResult()
+        self._modules: dict[str, ModuleEnv] = {}  # display path → env
+
+    # ------------------------------------------------------------------ inputs
+    def add_python(self, src: SourceFile) -> ModuleEnv | None:
+        try:
+            body = lower_module(src.text, src.path)
+        except PythonParseError as exc:
+            self.result.diagnostics.append(tool_diagnostic(
+                "MBM002", "parse-error", "error", f"cannot parse {src.path}: {exc.message}",
+                Location(src.path, exc.line, max(1, exc.column))))
+            return None
+        env = self.project.add_user_module(Path(src.path), src.path, body)
+        self._modules[src.path] = env
+        return env
+
+    def _env_for_file(self, path: str) -> ModuleEnv | None:
+        if path in self._modules:
+            return self._modules[path]
+        p = Path(path)
+        for display, env in self._modules.items():
+            if Path(display).resolve() == p.resolve():
+                return env
+        if not p.is_file():
+            return None
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return self.add_python(SourceFile(path, text, "python"))
+
+    # ------------------------------------------------------------------ recipe detection
+    def candidates(self, env: ModuleEnv) -> list[_Candidate]:
+        out: list[_Candidate] = []
+        for stmt in env.body:
+            if stmt[0] != "def":
+                continue
+            name, params, body, loc, returns = stmt[1], stmt[2], stmt[3], stmt[4], stmt[5]
+            if self.options.function and name != self.options.function:
+                continue
+            if not self.options.function and name.startswith("_"):
+                continue  # private builders/helpers are evaluated when public recipes call them
+            annotated = returns is not None and "ConfigContainer" in returns
+            if not annotated:
+                if returns is not None or not _returns_value(body):
+                    continue
+                if any(p[1] is None and p[2] in ("pos", "kwonly") for p in params):
+                    continue
+            fn = env.globals.get(name)
+            if isinstance(fn, Func):
+                out.append(_Candidate(env, fn, name, loc))
+        return out
+
+    def script_candidate(self, env: ModuleEnv) -> _Candidate | None:
+        if self.options.function and self.options.function != "<module>":
+            return None
+        for name in sorted(env.toplevel_assigned):
+            v = env.globals.get(name)
+            if isinstance(v, Obj) and v.cls.endswith(CONFIG_CONTAINER_SUFFIX):
+                first = next((s for s in env.body if s[0] == "assign" and any(
+                    t[0] == "n" and t[1] == name for t in s[1])), None)
+                loc = first[-1] if first else [1, 1, 1, 1]
+                return _Candidate(env, None, "<module>", loc, config_global=name)
+        return None
+
+    # ------------------------------------------------------------------ evaluation
+    def resolve_all(self, python: list[SourceFile], overrides: list[OverrideFile]) -> ResolveResult:
+        envs = [e for e in (self.add_python(s) for s in python) if e is not None]
+        paired = self.pair_overrides(overrides)
+        for env in envs:
+            interp = self._interpreter()
+            try:
+                self.project.load_module(env.name, interp)
+            except (BudgetExceeded, RecursionError):
+                self._too_slow(env.display_path, "<module>")
+                continue
+            except Exception as exc:
+                self.result.diagnostics.append(tool_diagnostic(
+                    "MBM001", "internal-error", "error",
+                    f"internal error while loading module: {type(exc).__name__}: {exc}",
+                    Location(env.display_path, 1, 1)))
+                continue
+            cands = self.candidates(env)
+            script = self.script_candidate(env)
+            if script is not None:
+                cands.append(script)
+            for cand in cands:
+                self.result.functions_seen += 1
+                self._resolve_candidate(cand, [])
+        for (path, function), files in paired.items():
+            env = self._env_for_file(path)
+            if env is None:
+                for f in files:
+                    self.result.diagnostics.append(tool_diagnostic(
+                        "MBM007", "unpaired-override", "warning",
+                        f"recipe file {path!r} named for this override file was not found; "
+                        "its values are checked on their own", Location(f.path, 1, 1)))
+                continue
+            interp = self._interpreter()
+            try:
+                self.project.load_module(env.name, interp)
+            except BudgetExceeded:
+                self._too_slow(env.display_path, function)
+                continue
+            cands = [c for c in self._all_candidates(env) if function in ("*", c.name)]
+            if not cands:
+                for f in files:
+                    self.result.diagnostics.append(tool_diagnostic(
+                        "MBM007", "unpaired-override", "warning",
+                        f"recipe function {function!r} not found in {path}", Location(f.path, 1, 1)))
+                continue
+            for cand in cands:
+                self._resolve_candidate(cand, files)
+        return self.result
+
+    def _all_candidates(self, env: ModuleEnv) -> list[_Candidate]:
+        saved = self.options.function
+        self.options.function = None
+        try:
+            cands = self.candidates(env)
+            s = self.script_candidate(env)
+            return cands + ([s] if s else [])
+        finally:
+            self.options.function = saved
+
+    def _interpreter(self) -> Interpreter:
+        interp = Interpreter(self.project)
+        interp.deadline = time.monotonic() + RECIPE_TIME_BUDGET_S
+        return interp
+
+    def _too_slow(self, path: str, function: str) -> None:
+        self.result.failed.append(f"{path}::{function}: evaluation budget exceeded")
+        self.result.diagnostics.append(tool_diagnostic(
+            "MBM004", "file-skipped", "warning",
+            f"skipped {function}: static evaluation exceeded its time/step budget", Location(path, 1, 1)))
+
+    def _resolve_candidate(self, cand: _Candidate, files: list[OverrideFile]) -> None:
+        try:
+            self._resolve_candidate_inner(cand, files)
+        except RecursionError:
+            self._too_slow(cand.env.display_path, cand.name)
+        except Exception as exc:  # an internal error must not stop the other recipes
+            self.result.failed.append(f"{cand.env.display_path}::{cand.name}: internal error {exc!r}")
+            self.result.diagnostics.append(tool_diagnostic(
+                "MBM001", "internal-error", "error",
+                f"internal error while resolving {cand.name}: {type(exc).__name__}: {exc}",
+                loc_of(cand.env, cand.loc)))
+
+    def _resolve_candidate_inner(self, cand: _Candidate, files: list[OverrideFile]) -> None:
+        interp = self._interpreter()
+        env = cand.env
+        try:
+            if cand.func is not None:
+                interp.stack.append(interp_mod.Frame(env, None, None))
+                interp.frame.cur = cand.loc
+                try:
+                    result = interp.call_func(cand.func, [], [], cand.loc)
+                finally:
+                    interp.stack.pop()
+                frame_locals = interp.last_locals
+            else:
+                result = env.globals.get(cand.config_global or "")
+                frame_locals = {cand.config_global or "": result}
+        except BudgetExceeded:
+            self._too_slow(env.display_path, cand.name)
+            return
+        if isinstance(result, Obj) and result.cls.endswith(CONFIG_CONTAINER_SUFFIX):
+            model = result.slots.get("model")
+            if model is not None and model.value is None and not self.options.function:
+                return  # a base helper (``_pretrain_common``-style): no model, not a trainable recipe
+        if not (isinstance(result, Obj) and result.cls.endswith(CONFIG_CONTAINER_SUFFIX)):
+            if cand.func is not None and cand.func.returns and "ConfigContainer" in cand.func.returns:
+                why = result.reason if isinstance(result, Unknown) else "does not return a ConfigContainer"
+                self.result.failed.append(f"{env.display_path}::{cand.name}: {why}")
+            return
+        # A function's result is fresh (memoised calls hand out copies); a script's object is shared.
+        root: Obj = result if cand.func is not None else clone(result)
+        config_var = next((k for k, v in frame_locals.items() if v is result), None)
+        ret_loc = _last_return(cand.func.body) if cand.func is not None else None
+        def_loc = loc_of(env, cand.loc)
+        target = resolve_target(cand.name, env.display_path, self.settings, self.options.gpu,
+                                self.options.world_size)
+        try:
+            all_files = list(files)
+            if self.options.set_overrides is not None:
+                all_files.append(self.options.set_overrides)
+            interp.stack.append(interp_mod.Frame(env, None, None))
+            interp.frame.cur = cand.loc
+            try:
+                if all_files:
+                    apply_overrides(interp, root, all_files)
+                rewriter = RuntimeRewriter(interp, root, target.world_size, def_loc)
+                if self.options.apply_runtime:
+                    rewriter.run()
+            finally:
+                interp.stack.pop()
+        except BudgetExceeded:
+            self._too_slow(env.display_path, cand.name)
+            return
+        fields, writes = flatten(root)
+        # Value before Bridge's runtime rewrites, for every path a rewrite changed.
+        pre_runtime: dict[str, Any] = {}
+        for rw in rewriter.rewrites:
+            pre_runtime.setdefault(rw.path, rw.old)
+        self.result.recipes.append(ResolvedRecipe(
+            path=env.display_path,
+            function=cand.name,
+            location=def_loc,
+            fields=fields,  # type: ignore[arg-type]
+            writes=writes,
+            rewrites=rewriter.rewrites,
+            target=target,
+            pre_runtime=pre_runtime,
+            overrides=[f.path for f in files] + (["<--set>"] if self.options.set_overrides else []),
+            notes=list(interp.notes),
+            config_var=config_var or ("cfg" if cand.func is not None else cand.config_global),
+            return_location=loc_of(env, ret_loc) if ret_loc else None,
+        ))
+
+    # ------------------------------------------------------------------ YAML pairing
+    def pair_overrides(self, overrides: list[OverrideFile]) -> dict[tuple[str, str], list[OverrideFile]]:
+        paired: dict[tuple[str, str], list[OverrideFile]] = {}
+        for f in overrides:
+            ref = self.options.recipe_ref or f.recipe_ref or self._pyproject_ref(f.path)
+            if not ref:
+                continue
+            file_part, sep, function = ref.partition("::")
+            if not sep or not function:
+                self.result.diagnostics.append(tool_diagnostic(
+                    "MBM006", "bad-override", "error",
+                    f"recipe reference {ref!r} must look like FILE::FUNCTION", Location(f.path, 1, 1)))
+                continue
+            path = self._locate(file_part, f.path, from_cli=bool(self.options.recipe_ref))
+            paired.setdefault((path, function), []).append(f)
+        return paired
+
+    def _pyproject_ref(self, yaml_path: str) -> str | None:
+        from mbmem_lint.settings import path_matches
+
+        rel = self.settings.relative(yaml_path)
+        for pattern, ref in self.settings.recipes.items():
+            if path_matches(rel, pattern):
+                file_part, sep, function = ref.partition("::")
+                root = self.settings.root or Path.cwd()
+                return f"{(root / file_part).as_posix()}::{function}" if sep else ref
+        return None
+
+    def _locate(self, file_part: str, yaml_path: str, *, from_cli: bool) -> str:
+        p = Path(file_part)
+        if p.is_absolute() or from_cli:
+            return self._display(p)
+        near = Path(yaml_path).parent / p
+        if near.is_file():
+            return self._display(near)
+        if self.settings.root is not None and (self.settings.root / p).is_file():
+            return self._display(self.settings.root / p)
+        return self._display(p)
+
+    def _display(self, p: Path) -> str:
+        for display in self._modules:
+            try:
+                if Path(display).resolve() == p.resolve():
+                    return display
+            except OSError:
+                continue
+        # Not among the linted files (pre-commit passed only the YAML): show it relative to cwd.
+        norm = os.path.normpath(p)
+        try:
+            rel = os.path.relpath(os.path.abspath(norm))
+        except ValueError:
+            return Path(norm).as_posix()
+        return Path(rel if not rel.startswith("..") else norm).as_posix()
+
+
+def _returns_value(body: list[Any]) -> bool:
+    stack = list(body)
+    while stack:
+        s = stack.pop()
+        if s[0] == "return" and s[1] is not None:
+            return True
+        if s[0] == "if":
+            stack.extend(s[2])
+            stack.extend(s[3])
+        elif s[0] in ("with",):
+            stack.extend(s[1])
+        elif s[0] == "try":
+            stack.extend(s[1])
+    return False
+
+
+def _last_return(body: list[Any]) -> list[int] | None:
+    for s in reversed(body):
+        if s[0] == "return":
+            return list(s[-1])
+    return None

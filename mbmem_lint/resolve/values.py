@@ -1,0 +1,136 @@
+"""Abstract values the interpreter computes with.
+
+Plain Python ``int``/``float``/``str``/``bool``/``None``, ``list`` and ``tuple`` stand for
+themselves. Everything else is one of the classes below, or :class:`Unknown`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mbmem_lint.diagnostics import Location
+from mbmem_lint.resolve.resolved import Unknown
+
+if TYPE_CHECKING:
+    from mbmem_lint.resolve.schema import ClassSchema
+
+
+class Prov:
+    """Where a value was written: the value's span, the user-facing anchor, origin and order."""
+
+    __slots__ = ("loc", "anchor", "origin", "seq", "stmt", "target_text", "function", "note")
+
+    def __init__(
+        self,
+        loc: Location,
+        anchor: Location,
+        origin: str,
+        seq: int,
+        stmt: Location | None = None,
+        target_text: str | None = None,
+        function: str | None = None,
+        note: str = "",
+    ) -> None:
+        self.loc = loc
+        self.anchor = anchor
+        self.origin = origin
+        self.seq = seq
+        self.stmt = stmt
+        self.target_text = target_text
+        self.function = function
+        self.note = note
+
+
+class WriteRec:
+    __slots__ = ("value", "prov", "valid")
+
+    def __init__(self, value: Any, prov: Prov, valid: bool) -> None:
+        self.value = value
+        self.prov = prov
+        self.valid = valid
+
+
+class Slot:
+    """One field of a config object: current value, its provenance and every write to it.
+
+    ``history`` is an immutable tuple so deep copies can share it (records are never changed)."""
+
+    __slots__ = ("value", "prov", "history")
+
+    def __init__(self, value: Any, prov: Prov, history: tuple[WriteRec, ...] = ()) -> None:
+        self.value = value
+        self.prov = prov
+        self.history = history
+
+
+class Obj:
+    """An instance of a config dataclass (or of an unknown class, ``schema`` None)."""
+
+    __slots__ = ("cls", "schema", "slots", "invalid", "created", "open")
+
+    def __init__(self, cls: str, schema: ClassSchema | None, created: Prov) -> None:
+        self.open = False  # accept any model-provider field (real provider class is family-specific)
+        self.cls = cls
+        self.schema = schema
+        self.slots: dict[str, Slot] = {}
+        self.invalid: dict[str, Slot] = {}  # attributes set that are not fields of the class
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"Obj({self.cls})"
+
+
+class DictVal:
+    """A dict with per-key provenance (``env_vars`` keys each point at the line that set them)."""
+
+    __slots__ = ("slots", "created")
+
+    def __init__(self, created: Prov) -> None:
+        self.slots: dict[Any, Slot] = {}
+        self.created = created
+
+
+@dataclass(frozen=True)
+class Ext:
+    """A name from outside the analysed code (``torch.bfloat16``, a schema class, a Bridge function)."""
+
+    qualname: str
+
+
+@dataclass
+class Func:
+    name: str
+    params: list[Any]
+    body: list[Any]
+    module: Any  # ModuleEnv
+    loc: list[int]
+    returns: str | None
+    qualname: str
+
+
+@dataclass
+class BoundMethod:
+    target: Any
+    name: str
+
+
+@dataclass(frozen=True)
+class ModuleRef:
+    name: str
+
+
+@dataclass(frozen=True)
+class LocalClass:
+    qualname: str
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """Result of ``AutoBridge.from_hf_pretrained(id)`` before ``.to_megatron_provider()``."""
+
+    hf_id: Any  # str or Unknown
+
+
+def is_unknown(v: Any) -> bool:
+    return isinstance(v, Unknown)

@@ -1,0 +1,211 @@
+"""``[tool.mbmem-lint]`` settings from the nearest ``pyproject.toml``.
+
+Example::
+
+    [tool.mbmem-lint]
+    include = ["recipes/**/*.py", "conf/**/*.yaml"]
+    exclude = ["recipes/legacy/**"]
+    gpu = "h100"                 # target GPU (catalog name or alias)
+    world-size = 64
+    select = ["MBM"]             # code prefixes to enable (default: all)
+    ignore = ["MBM305"]
+    fail-level = "warning"       # lowest severity that makes the exit code 1
+    headroom-margin = 0.05       # capacity warning below this free fraction
+    torch-version = "2.10"       # for version-dependent rules
+    megatron-core-version = "0.19.2"
+    cache = true                 # on-disk cache under .cache/mbmem-lint
+
+    [tool.mbmem-lint.severity]
+    MBM401 = "error"
+
+    [tool.mbmem-lint.per-file-ignores]
+    "recipes/experimental/*.py" = ["MBM1"]
+
+    [tool.mbmem-lint.targets]    # per-path GPU / world size
+    "recipes/gb200/**" = { gpu = "gb200", world-size = 256 }
+
+    [tool.mbmem-lint.models]     # extra HF architectures: id -> config.json path
+    "my-org/my-model" = "models/my-model/config.json"
+
+    [tool.mbmem-lint.recipes]    # YAML override -> recipe pairing
+    "conf/llama_finetune.yaml" = "recipes/llama.py::llama3_8b_finetune_config"
+
+Keys accept ``kebab-case`` or ``snake_case``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+
+class SettingsError(ValueError):
+    """Invalid ``[tool.mbmem-lint]`` content; reported with exit code 2."""
+
+
+@dataclass
+class TargetOverride:
+    gpu: str | None = None
+    world_size: int | None = None
+
+
+@dataclass
+class Settings:
+    root: Path | None = None  # folder of the pyproject.toml the settings came from
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    gpu: str | None = None
+    world_size: int | None = None
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    severity: dict[str, str] = field(default_factory=dict)
+    fail_level: str = "warning"
+    headroom_margin: float = 0.05
+    torch_version: str | None = None
+    megatron_core_version: str = "0.19.2"
+    cache: bool = False
+    targets: dict[str, TargetOverride] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    recipes: dict[str, str] = field(default_factory=dict)
+
+    def relative(self, path: str | Path) -> str:
+        """``path`` relative to the settings root, with forward slashes (for glob matching)."""
+        p = Path(path).resolve()
+        if self.root is not None:
+            try:
+                return p.relative_to(self.root.resolve()).as_posix()
+            except ValueError:
+                pass
+        return Path(path).as_posix()
+
+    def target_for(self, path: str | Path) -> TargetOverride:
+        rel = self.relative(path)
+        result = TargetOverride()
+        for pattern, override in self.targets.items():
+            if path_matches(rel, pattern):
+                result = TargetOverride(override.gpu or result.gpu, override.world_size or result.world_size)
+        return result
+
+    def ignored_codes_for(self, path: str | Path) -> list[str]:
+        rel = self.relative(path)
+        codes: list[str] = []
+        for pattern, ignored in self.per_file_ignores.items():
+            if path_matches(rel, pattern):
+                codes.extend(ignored)
+        return codes
+
+
+def path_matches(rel_path: str, pattern: str) -> bool:
+    """Glob match where ``**`` spans folders and a bare name matches at any depth."""
+    if fnmatch.fnmatchcase(rel_path, pattern):
+        return True
+    if pattern.startswith("**/") and fnmatch.fnmatchcase(rel_path, pattern[3:]):
+        return True
+    if "/" not in pattern and fnmatch.fnmatchcase(rel_path.rsplit("/", 1)[-1], pattern):
+        return True
+    if pattern.endswith("/**") and (rel_path + "/").startswith(pattern[:-2]):
+        return True
+    return False
+
+
+def find_pyproject(start: Path) -> Path | None:
+    start = start.resolve()
+    folder = start if start.is_dir() else start.parent
+    for candidate in (folder, *folder.parents):
+        p = candidate / "pyproject.toml"
+        if p.is_file():
+            return p
+    return None
+
+
+_SEVERITIES = ("error", "warning", "info")
+
+
+def _norm(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _str_list(value: Any, key: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise SettingsError(f"[tool.mbmem-lint] {key}: expected a list of strings")
+
+
+def parse_settings(table: dict[str, Any], root: Path | None) -> Settings:
+    s = Settings(root=root)
+    for raw_key, value in table.items():
+        key = _norm(raw_key)
+        if key in ("include", "exclude", "select", "ignore"):
+            setattr(s, key, _str_list(value, raw_key))
+        elif key == "gpu":
+            if not isinstance(value, str):
+                raise SettingsError("[tool.mbmem-lint] gpu: expected a string")
+            s.gpu = value
+        elif key == "world_size":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SettingsError("[tool.mbmem-lint] world-size: expected a positive integer")
+            s.world_size = value
+        elif key == "fail_level":
+            if value not in _SEVERITIES:
+                raise SettingsError(f"[tool.mbmem-lint] fail-level: expected one of {', '.join(_SEVERITIES)}")
+            s.fail_level = value
+        elif key == "headroom_margin":
+            if not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise SettingsError("[tool.mbmem-lint] headroom-margin: expected a number in [0, 1)")
+            s.headroom_margin = float(value)
+        elif key in ("torch_version", "megatron_core_version"):
+            setattr(s, key, str(value))
+        elif key == "cache":
+            s.cache = bool(value)
+        elif key == "per_file_ignores":
+            if not isinstance(value, dict):
+                raise SettingsError("[tool.mbmem-lint.per-file-ignores]: expected a table")
+            s.per_file_ignores = {k: _str_list(v, f"per-file-ignores.{k}") for k, v in value.items()}
+        elif key == "severity":
+            if not isinstance(value, dict) or any(v not in _SEVERITIES for v in value.values()):
+                raise SettingsError("[tool.mbmem-lint.severity]: values must be error, warning or info")
+            s.severity = {str(k): str(v) for k, v in value.items()}
+        elif key == "targets":
+            if not isinstance(value, dict):
+                raise SettingsError("[tool.mbmem-lint.targets]: expected a table")
+            for pattern, spec in value.items():
+                if not isinstance(spec, dict):
+                    raise SettingsError(f"[tool.mbmem-lint.targets] {pattern!r}: expected a table")
+                spec = {_norm(k): v for k, v in spec.items()}
+                s.targets[pattern] = TargetOverride(spec.get("gpu"), spec.get("world_size"))
+        elif key in ("models", "recipes"):
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise SettingsError(f"[tool.mbmem-lint.{raw_key}]: expected a table of strings")
+            setattr(s, key, dict(value))
+        else:
+            raise SettingsError(f"[tool.mbmem-lint] unknown key {raw_key!r}")
+    return s
+
+
+def load_settings(start: Path | None = None) -> Settings:
+    """Settings from the nearest ``pyproject.toml`` at or above ``start`` (default: cwd)."""
+    pyproject = find_pyproject(start or Path(os.getcwd()))
+    if pyproject is None:
+        return Settings()
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"{pyproject}: cannot read: {exc}") from exc
+    table = data.get("tool", {}).get("mbmem-lint")
+    if table is None:
+        return Settings(root=pyproject.parent)
+    if not isinstance(table, dict):
+        raise SettingsError(f"{pyproject}: [tool.mbmem-lint] must be a table")
+    return parse_settings(table, pyproject.parent)

@@ -1,0 +1,168 @@
+"""Helpers shared by the rule modules: example builders, fix builders, value formatting."""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+from typing import Any
+
+from mbmem_lint.check.rule import RuleContext
+from mbmem_lint.diagnostics import Edit, Fix
+from mbmem_lint.resolve.resolved import Write, is_known
+
+PRETRAIN = "llama3_8b_pretrain_config"  # MB recipes/llama/h100/llama3.py:235 (TP1 PP1 CP2, seq 8192, GBS 512)
+PEFT = "llama3_8b_peft_config"  # MB recipes/llama/h100/llama3.py:2338 (LoRA dim 8, TP1, seq 4096)
+SFT = "llama3_8b_sft_config"  # MB recipes/llama/h100/llama3.py:1550
+
+
+def py(body: str, *, base: str = PRETRAIN, gpus: int = 8, task: str = "pretrain", imports: str = "") -> str:
+    """A user recipe in the Megatron Bridge style: start from a library recipe, apply a delta.
+
+    The function name carries the world size (``..._8gpu_h100_bf16_config``), as canonical recipe
+    names do; the resolver reads it from there.
+    """
+    module = "llama"
+    head = f"from megatron.bridge.recipes.{module} import {base}\n"
+    if imports:
+        head += imports.rstrip("\n") + "\n"
+    body = textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
+    return (
+        f"{head}\n\n"
+        f"def my_{task}_{gpus}gpu_h100_bf16_config():\n"
+        f"    cfg = {base}()\n"
+        f"{body}\n"
+        f"    return cfg\n"
+    )
+
+
+def fmt(value: Any) -> str:
+    """A value as Python source (for messages and fixes)."""
+    if isinstance(value, str):
+        if value.startswith("torch."):
+            return value
+        return repr(value)
+    return repr(value)
+
+
+def closest(name: str, candidates: list[str] | tuple[str, ...] | set[str], n: int = 1) -> list[str]:
+    return difflib.get_close_matches(name, sorted(candidates), n=n, cutoff=0.6)
+
+
+# -- fix builders (call the colleague's primitives lazily; every fix is optional) -----------------
+
+
+def fix_set(ctx: RuleContext, path: str, value_src: str, description: str, applicability: Any = "safe",
+            saving_bytes: int | None = None) -> Fix | None:
+    def build() -> list[Edit]:
+        from mbmem_lint.fix import edits
+
+        return list(edits.set_field(ctx.r, path, value_src, ctx.sources))
+
+    return ctx.fix(description, applicability, build, saving_bytes)
+
+
+def fix_set_many(ctx: RuleContext, items: list[tuple[str, str]], description: str,
+                 applicability: Any = "safe") -> Fix | None:
+    def build() -> list[Edit]:
+        from mbmem_lint.fix import edits
+
+        out: list[Edit] = []
+        for path, src in items:
+            out.extend(edits.set_field(ctx.r, path, src, ctx.sources))
+        return out
+
+    return ctx.fix(description, applicability, build)
+
+
+def fix_env(ctx: RuleContext, key: str, value_src: str, description: str, applicability: Any = "safe",
+            extra: list[tuple[str, str]] | None = None) -> Fix | None:
+    def build() -> list[Edit]:
+        from mbmem_lint.fix import edits
+
+        out = list(edits.set_dict_key(ctx.r, "env_vars", key, value_src, ctx.sources))
+        for k, v in extra or []:
+            out.extend(edits.set_dict_key(ctx.r, "env_vars", k, v, ctx.sources))
+        return out
+
+    return ctx.fix(description, applicability, build)
+
+
+def fix_rename(ctx: RuleContext, write: Write, new_name: str, description: str,
+               applicability: Any = "unsafe") -> Fix | None:
+    def build() -> list[Edit]:
+        from mbmem_lint.fix import edits
+
+        return list(edits.rename_attribute(write, new_name, ctx.sources))
+
+    return ctx.fix(description, applicability, build)
+
+
+# -- shared value logic ------------------------------------------------------------------------------
+
+
+def parse_alloc_conf(text: str) -> list[tuple[str, str]]:
+    """``"expandable_segments:True, max_split_size_mb:128"`` → ``[(key, value), ...]`` (spaces stripped)."""
+    out: list[tuple[str, str]] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        key, _, value = part.partition(":")
+        out.append((key, value))
+    return out
+
+
+def alloc_conf(ctx: RuleContext) -> dict[str, str | None]:
+    """Known allocator strings by variable name (None: not set). Unknown values are left out."""
+    out: dict[str, str | None] = {}
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        v = ctx.env_str(name)
+        if v is None or isinstance(v, str):
+            out[name] = v
+    return out
+
+
+def has_expandable_token(text: str | None) -> bool:
+    """MCore's nccl_ub guard: comma split, exact token ``expandable_segments:True``."""
+    return bool(text) and "expandable_segments:True" in [p.strip() for p in (text or "").split(",")]
+
+
+def cuda_graph_impl(ctx: RuleContext) -> str | None:
+    """Effective ``cuda_graph_impl`` (None when unknown); deprecated booleans mapped like MCore."""
+    impl = ctx.as_str("model.cuda_graph_impl")
+    if impl is None and not is_known(ctx.get("model.cuda_graph_impl")):
+        return None
+    impl = impl or "none"
+    if impl == "none":
+        if ctx.is_true("model.enable_cuda_graph"):
+            return "local"
+        if ctx.is_true("model.external_cuda_graph"):
+            return "transformer_engine"
+    return impl
+
+
+def graph_modules(ctx: RuleContext) -> list[str] | None:
+    mods = ctx.as_list("model.cuda_graph_modules")
+    scope = ctx.as_list("model.cuda_graph_scope")
+    if mods and mods != ["full"]:
+        return [str(m).split(".")[-1].lower() for m in mods]
+    if scope is not None and scope and scope != ["full"]:
+        return [str(m).split(".")[-1].lower() for m in scope]
+    if mods is None and scope is None:
+        return None
+    return []
+
+
+def peft_class(ctx: RuleContext) -> str | None:
+    cls = ctx.section_class("peft")
+    return cls.rsplit(".", 1)[-1] if cls else None
+
+
+def is_fsdp(ctx: RuleContext) -> bool | None:
+    a, b = ctx.pre("dist.use_megatron_fsdp"), ctx.pre("ddp.use_megatron_fsdp")
+    if a is True or b is True:
+        return True
+    if is_known(a) and is_known(b):
+        return False
+    if is_known(b) and "dist.use_megatron_fsdp" not in ctx.r.fields:
+        return False
+    return None

@@ -1,0 +1,218 @@
+"""Shared validation cases for tests/test_estimate_validation.py and bench/estimate_validation.py.
+
+Measured peaks: seed-facts 2.1 (Llama3 70B SFT, 32x H100, FP8 current scaling) and 2.2 (LoRA + SP re-gather).
+Values the sources do not state (2.2: world size, MoE sequence length, LoRA rank) are assumptions listed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mbmem_lint.estimate.api import estimate_values
+
+LLAMA3_70B: dict[str, Any] = {
+    "model.num_layers": 80,
+    "model.hidden_size": 8192,
+    "model.ffn_hidden_size": 28672,
+    "model.num_attention_heads": 64,
+    "model.num_query_groups": 8,
+    "model.kv_channels": 128,
+    "model.vocab_size": 128256,
+    "model.should_pad_vocab": True,
+    "model.gated_linear_unit": True,
+    "model.normalization": "RMSNorm",
+    "model.add_bias_linear": False,
+    "model.share_embeddings_and_output_weights": False,
+    "model.position_embedding_type": "rope",
+    "model.hidden_dropout": 0.0,
+    "model.attention_dropout": 0.0,
+}
+# llama3_70b_sft_32gpu_h100_fp8cs_config (perf_recipes/llama/h100/llama3.py:338)
+LLAMA_SFT = {
+    **LLAMA3_70B,
+    "model.seq_length": 4096,
+    "train.micro_batch_size": 1,
+    "train.global_batch_size": 32,
+    "model.tensor_model_parallel_size": 4,
+    "model.pipeline_model_parallel_size": 4,
+    "model.virtual_pipeline_model_parallel_size": 5,
+    "model.sequence_parallel": True,
+    "optimizer.use_distributed_optimizer": True,
+    "ddp.grad_reduce_in_fp32": False,
+    "model.params_dtype": "torch.bfloat16",
+    "model.fp8": "hybrid",
+    "model.fp8_recipe": "tensorwise",
+    "model.disable_parameter_transpose_cache": True,
+    "model.recompute_granularity": "selective",
+    "model.recompute_modules": ["core_attn"],
+    "model.cuda_graph_impl": "transformer_engine",
+    "model.cuda_graph_scope": ["mlp"],
+    "env_vars.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "env_vars.NCCL_NVLS_ENABLE": 0,
+}
+QWEN3_8B: dict[str, Any] = {
+    "model.num_layers": 36,
+    "model.hidden_size": 4096,
+    "model.ffn_hidden_size": 12288,
+    "model.num_attention_heads": 32,
+    "model.num_query_groups": 8,
+    "model.kv_channels": 128,
+    "model.vocab_size": 151936,
+    "model.gated_linear_unit": True,
+    "model.normalization": "RMSNorm",
+    "model.add_bias_linear": False,
+    "model.qk_layernorm": True,
+    "model.share_embeddings_and_output_weights": False,
+    "model.position_embedding_type": "rope",
+    "model.hidden_dropout": 0.0,
+    "model.attention_dropout": 0.0,
+}
+QWEN3_30B_A3B = {
+    **QWEN3_8B,
+    "model.num_layers": 48,
+    "model.hidden_size": 2048,
+    "model.ffn_hidden_size": 6144,
+    "model.num_query_groups": 4,
+    "model.num_moe_experts": 128,
+    "model.moe_router_topk": 8,
+    "model.moe_ffn_hidden_size": 768,
+}
+GPT_OSS_120B = {
+    "model.num_layers": 36,
+    "model.hidden_size": 2880,
+    "model.ffn_hidden_size": 2880,
+    "model.num_attention_heads": 64,
+    "model.num_query_groups": 8,
+    "model.kv_channels": 64,
+    "model.vocab_size": 201088,
+    "model.gated_linear_unit": True,
+    "model.normalization": "RMSNorm",
+    "model.add_bias_linear": True,
+    "model.share_embeddings_and_output_weights": False,
+    "model.position_embedding_type": "yarn",
+    "model.hidden_dropout": 0.0,
+    "model.attention_dropout": 0.0,
+    "model.num_moe_experts": 128,
+    "model.moe_router_topk": 4,
+    "model.moe_ffn_hidden_size": 2880,
+}
+# LoRA runs (seed-facts 2.2, MB PR #4581): bf16, PEFT recipes disable the distributed optimizer, SP on,
+# selective core_attn recompute, LoRA dim 32 on the default targets. Assumed: 1 node (8 GPUs), seq 8192, MBS 1.
+LORA_COMMON: dict[str, Any] = {
+    "model.seq_length": 8192,
+    "train.micro_batch_size": 1,
+    "train.global_batch_size": 8,
+    "model.sequence_parallel": True,
+    "model.params_dtype": "torch.bfloat16",
+    "optimizer.use_distributed_optimizer": False,
+    "ddp.grad_reduce_in_fp32": True,
+    "model.recompute_granularity": "selective",
+    "model.recompute_modules": ["core_attn"],
+    "peft": {"_target_": "megatron.bridge.peft.lora.LoRA"},
+    "peft.dim": 32,
+    "env_vars.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def _lora(model: dict[str, Any], tp: int, ep: int, regather: bool) -> dict[str, Any]:
+    return {
+        **model,
+        **LORA_COMMON,
+        "model.tensor_model_parallel_size": tp,
+        "model.expert_model_parallel_size": ep,
+        "peft.sequence_parallel_input_regather": regather,
+    }
+
+
+# (name, values, world size, measured peak as printed in the source, "GB")
+MEASURED: list[tuple[str, dict[str, Any], int, float]] = [
+    ("llama3-70b sft TP4 PP4 VPP5 (baseline)", LLAMA_SFT, 32, 58.8),
+    ("llama3-70b sft TP4 PP8 VPP5", {**LLAMA_SFT, "model.pipeline_model_parallel_size": 8}, 32, 53.2),
+    ("llama3-70b sft TP8 PP4 VPP5", {**LLAMA_SFT, "model.tensor_model_parallel_size": 8}, 32, 50.2),
+    (
+        "llama3-70b sft TP4 PP4 VPP10",
+        {**LLAMA_SFT, "model.virtual_pipeline_model_parallel_size": 10},
+        32,
+        60.2,
+    ),
+    ("llama3-70b sft recompute mlp", {**LLAMA_SFT, "model.recompute_modules": ["mlp"]}, 32, 55.6),
+    (
+        "llama3-70b sft recompute core_attn,layernorm",
+        {**LLAMA_SFT, "model.recompute_modules": ["core_attn", "layernorm"]},
+        32,
+        59.6,
+    ),
+    ("qwen3-8b lora TP2 seq8192", _lora(QWEN3_8B, 2, 1, False), 8, 47.545),
+    ("qwen3-8b lora TP2 seq8192 re-gather", _lora(QWEN3_8B, 2, 1, True), 8, 42.814),
+    ("qwen3-30b-a3b lora TP4 EP4", _lora(QWEN3_30B_A3B, 4, 4, False), 8, 29.890),
+    ("qwen3-30b-a3b lora TP4 EP4 re-gather", _lora(QWEN3_30B_A3B, 4, 4, True), 8, 28.321),
+    ("gpt-oss-120b lora TP2 EP8", _lora(GPT_OSS_120B, 2, 8, False), 8, 52.185),
+    ("gpt-oss-120b lora TP2 EP8 re-gather", _lora(GPT_OSS_120B, 2, 8, True), 8, 51.371),
+]
+
+# Dense configs modelled the same way by both estimators: bf16 params, fp32 grads, Adam, LayerNorm, no biases.
+_PARITY_BASE = {
+    **LLAMA3_70B,
+    "model.normalization": "LayerNorm",
+    "model.should_pad_vocab": False,
+    "model.params_dtype": "torch.bfloat16",
+    "ddp.grad_reduce_in_fp32": True,
+    "model.seq_length": 4096,
+    "train.micro_batch_size": 1,
+}
+PARITY: list[tuple[str, dict[str, Any], int, int]] = [
+    (
+        "llama3-70b TP8 PP1 no dist-opt",
+        {
+            **_PARITY_BASE,
+            "model.tensor_model_parallel_size": 8,
+            "model.pipeline_model_parallel_size": 1,
+            "optimizer.use_distributed_optimizer": False,
+        },
+        8,
+        1,
+    ),
+    (
+        "llama3-70b TP8 PP1 dist-opt DP4",
+        {
+            **_PARITY_BASE,
+            "model.tensor_model_parallel_size": 8,
+            "model.pipeline_model_parallel_size": 1,
+            "optimizer.use_distributed_optimizer": True,
+        },
+        32,
+        4,
+    ),
+    (
+        "llama3-8b-like TP1 PP1 dist-opt DP8",
+        {
+            **_PARITY_BASE,
+            "model.num_layers": 32,
+            "model.hidden_size": 4096,
+            "model.ffn_hidden_size": 14336,
+            "model.num_attention_heads": 32,
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "optimizer.use_distributed_optimizer": True,
+        },
+        8,
+        8,
+    ),
+    (
+        "llama3-70b TP4 PP4 dist-opt DP2 (first stage)",
+        {
+            **_PARITY_BASE,
+            "model.tensor_model_parallel_size": 4,
+            "model.pipeline_model_parallel_size": 4,
+            "optimizer.use_distributed_optimizer": True,
+            "model.share_embeddings_and_output_weights": True,
+        },
+        32,
+        2,
+    ),
+]
+
+
+def model_state_bytes(values: dict[str, Any], world_size: int) -> int:
+    est = estimate_values(values, world_size=world_size)
+    return max(sum(c.bytes for c in s.components if c.kind == "state") for s in est.stages)

@@ -1,0 +1,207 @@
+"""Unit tests for the estimator's component formulas (hand-computed) and the JSON contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbmem_lint.estimate import EstimateUnavailable, UnknownGpuError, estimate_recipe, resolve_gpu
+from mbmem_lint.estimate.activations import layer_terms
+from mbmem_lint.estimate.inputs import read_inputs
+from mbmem_lint.estimate.params import attention, dense_mlp, mamba, moe
+from mbmem_lint.estimate.pipeline import inflight_microbatches, stage_layer_indices
+from mbmem_lint.estimate.render import render_markdown, render_text
+from mbmem_lint.estimate.suggest import capacity_findings, suggestions
+from mbmem_lint.resolve.resolved import UNKNOWN, recipe_from_values
+
+TINY = {
+    "model.num_layers": 4,
+    "model.hidden_size": 1024,
+    "model.num_attention_heads": 8,
+    "model.num_query_groups": 2,
+    "model.ffn_hidden_size": 4096,
+    "model.vocab_size": 32000,
+    "model.gated_linear_unit": True,
+    "model.normalization": "RMSNorm",
+    "model.add_bias_linear": False,
+    "model.hidden_dropout": 0.0,
+    "model.attention_dropout": 0.0,
+    "model.position_embedding_type": "rope",
+    "model.seq_length": 2048,
+    "train.micro_batch_size": 1,
+    "model.params_dtype": "torch.bfloat16",
+    "ddp.grad_reduce_in_fp32": True,
+}
+
+
+def _inp(**kw: object):
+    return read_inputs({**TINY, **kw}.get, 8)
+
+
+def test_gpu_catalog_aliases_and_error() -> None:
+    assert resolve_gpu("h100").name == "h100-80gb"
+    assert resolve_gpu("H100_SXM").usable_bytes == 84935720960  # 79.10 GiB
+    assert resolve_gpu("a100").name == "a100-40gb"
+    assert resolve_gpu("gb200").family == "blackwell"
+    with pytest.raises(UnknownGpuError, match="known names: .*h200"):
+        resolve_gpu("tpu-v5")
+
+
+def test_attention_gqa_params() -> None:
+    s = _inp().shape
+    # qkv: 1024*(8+2*2)*128 = 1,572,864; proj: 8*128*1024 = 1,048,576; RMSNorm 1024
+    p = attention(s)
+    assert p.tp == 1_572_864 + 1_048_576 and p.rep == 1024
+
+
+def test_swiglu_mlp_params_and_biases() -> None:
+    p = dense_mlp(_inp().shape)
+    assert p.tp == 3 * 1024 * 4096  # fc1 (2 x ffn) + fc2
+    pb = dense_mlp(_inp(**{"model.add_bias_linear": True, "model.normalization": "LayerNorm"}).shape)
+    assert pb.tp == 3 * 1024 * 4096 + 2 * 4096 and pb.rep == 2 * 1024 + 1024
+
+
+def test_moe_params() -> None:
+    s = _inp(
+        **{
+            "model.num_moe_experts": 8,
+            "model.moe_ffn_hidden_size": 512,
+            "model.moe_shared_expert_intermediate_size": 1024,
+        }
+    ).shape
+    p = moe(s)
+    assert p.expert == 8 * 3 * 1024 * 512  # 8 experts x SwiGLU(1024 -> 512)
+    assert p.tp == 3 * 1024 * 1024  # shared expert
+    assert p.rep == 1024 + 1024 * 8  # norm + router
+
+
+def test_mamba_params() -> None:
+    s = _inp(
+        **{
+            "model.hybrid_override_pattern": "M*-M",
+            "model.mamba_num_heads": 16,
+            "model.mamba_head_dim": 64,
+            "model.mamba_state_dim": 128,
+            "model.mamba_num_groups": 8,
+        }
+    ).shape
+    assert s.hybrid == "M*-M" and s.num_layers == 4
+    di, gs = 16 * 64, 8 * 128
+    expected = 1024 * (2 * di + 2 * gs + 16) + (di + 2 * gs) * 5 + 3 * 16 + di + di * 1024
+    assert mamba(s).tp == expected
+
+
+def test_model_state_bytes_adam_distopt() -> None:
+    # 1 layer per stage, TP1 PP1, DP8 dist-opt: params = 2,621,440 (attn) + 12,582,912 (mlp) + 2*1024 norms
+    # + 1024 final norm + 2 * 32000*1024 (untied embedding + output).
+    vals = {
+        **TINY,
+        "model.num_layers": 1,
+        "model.share_embeddings_and_output_weights": False,
+        "optimizer.use_distributed_optimizer": True,
+    }
+    est = estimate_recipe(recipe_from_values(vals, world_size=8))
+    n = 2_621_440 + 12_582_912 + 2048 + 1024 + 2 * 32000 * 1024
+    st = est.stages[0]
+    assert st.component("weights").bytes == 2 * n
+    assert st.component("gradients").bytes == 4 * n
+    assert st.component("main params").bytes == int(4 * n / 8)
+    assert st.component("optimizer states").bytes == int(8 * n / 8)
+
+
+def test_peft_freezes_base() -> None:
+    vals = {
+        **TINY,
+        "model.num_layers": 1,
+        "peft": {"_target_": "megatron.bridge.peft.lora.LoRA"},
+        "peft.dim": 8,
+        "peft.target_modules": ["linear_qkv"],
+    }
+    st = estimate_recipe(recipe_from_values(vals, world_size=1)).stages[0]
+    lora = 8 * (1024 + 12 * 128)  # A: 1024x8, B: 8x1536
+    assert st.component("gradients").bytes == 4 * lora
+    assert st.component("optimizer states").bytes == 8 * lora
+
+
+def test_activation_terms_sp_and_lora_regather() -> None:
+    base = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True}
+    t = layer_terms(_inp(**base), 0)
+    T = 2048
+    assert t["attn_norm"] == 2 * T * 1024 / 2  # SP shards the replicated LN input
+    assert t["mlp_fc1_out"] == 2 * T * 4096 * 2 / 2  # SwiGLU fc1 output (2 x ffn) / TP
+    no_sp = layer_terms(_inp(**{"model.tensor_model_parallel_size": 2}), 0)
+    assert no_sp["attn_norm"] == 2 * T * 1024  # replicated without SP
+    lora = {**base, "peft": {"_target_": "megatron.bridge.peft.lora.LoRA"}}
+    assert layer_terms(_inp(**lora), 0)["lora_qkv"] == 2 * T * 1024  # full gathered LoRA-A input kept
+    assert "lora_qkv" not in layer_terms(_inp(**lora, **{"peft.sequence_parallel_input_regather": True}), 0)
+
+
+def test_pipeline_inflight_and_layout() -> None:
+    inp = _inp(
+        **{
+            "model.pipeline_model_parallel_size": 4,
+            "model.num_layers": 8,
+            "model.virtual_pipeline_model_parallel_size": 2,
+        }
+    )
+    assert stage_layer_indices(8, inp.par, []) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # interleaved: (2*(4-0-1) + (2-1)*4 + 1) / 2 = 5.5 = PP*(1 + (PP-1)/(PP*v))
+    assert inflight_microbatches(inp.par, 0, None) == 5.5
+    inp1 = _inp(**{"model.pipeline_model_parallel_size": 4})
+    assert [inflight_microbatches(inp1.par, r, None) for r in range(4)] == [4, 3, 2, 1]
+    assert inflight_microbatches(inp1.par, 0, 2) == 2
+
+
+def test_full_recompute_keeps_layer_inputs() -> None:
+    vals = {
+        **TINY,
+        "model.recompute_granularity": "full",
+        "model.recompute_method": "uniform",
+        "model.recompute_num_layers": 1,
+    }
+    st = estimate_recipe(recipe_from_values(vals, world_size=1)).stages[0]
+    act = next(c for c in st.components if c.name.startswith("activations"))
+    assert act.bytes == 4 * 2 * 2048 * 1024  # 4 layers x layer input
+
+
+def test_unknown_shape_raises_and_json_contract() -> None:
+    with pytest.raises(EstimateUnavailable) as ei:
+        estimate_recipe(recipe_from_values({**TINY, "model.hidden_size": UNKNOWN}))
+    assert ei.value.missing_fields == ["model.hidden_size"]
+    est = estimate_recipe(recipe_from_values(TINY, world_size=None))
+    j = est.to_json()
+    assert set(j) == {
+        "recipe",
+        "gpu",
+        "world_size",
+        "parallelism",
+        "stages",
+        "peak_bytes",
+        "peak_stage",
+        "fits",
+        "headroom_bytes",
+        "assumptions",
+    }
+    assert set(j["parallelism"]) == {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp"}
+    assert set(j["stages"][0]["components"][0]) == {"name", "bytes", "fields"}
+    assert any("DP=1" in a for a in j["assumptions"])
+    assert "pp0" in render_text(est) and "| stage |" in render_markdown(est)
+
+
+def test_capacity_finding_and_suggestions() -> None:
+    big = {
+        **TINY,
+        "model.num_layers": 64,
+        "model.hidden_size": 8192,
+        "model.num_attention_heads": 64,
+        "model.num_query_groups": 8,
+        "model.ffn_hidden_size": 28672,
+        "model.seq_length": 8192,
+    }
+    rec = recipe_from_values(big, world_size=64)
+    est = estimate_recipe(rec)
+    assert not est.fits
+    f = capacity_findings(rec, est, 0.05)
+    assert f and f[0].severity == "error" and "stage 0" in f[0].message
+    sugg = suggestions(rec, est)
+    assert sugg[0].title.startswith("set PYTORCH_CUDA_ALLOC_CONF")
+    assert all(s.saving_bytes > 0 for s in sugg)

@@ -1,0 +1,253 @@
+"""Exact-output tests of the fix primitives on small recipes (shapes from recipe-shapes.md §1)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from mbmem_lint.diagnostics import Location
+from mbmem_lint.fix import edits as E
+from mbmem_lint.fix.apply import apply_edits
+from mbmem_lint.fix.testing import recipe_from_source
+from mbmem_lint.resolve.resolved import Write
+from mbmem_lint.sources import SourceFile, Sources
+
+P = "recipes/r.py"
+
+
+def _setup(code: str, **kw: object) -> tuple[str, Sources]:
+    text = textwrap.dedent(code).lstrip("\n")
+    return text, {P: SourceFile(P, text, "python")}
+
+
+def _run(code: str, fn: str, *args: object, library: dict[str, object] | None = None) -> str:
+    text, sources = _setup(code)
+    r = recipe_from_source(P, text, library=library)
+    out = apply_edits(text, getattr(E, fn)(r, *args, sources))
+    ast.parse(out)
+    return out
+
+
+def test_literals() -> None:
+    assert (
+        E.py_literal(True) == "True"
+        and E.py_literal("a:b") == '"a:b"'
+        and E.py_literal([1, "x"]) == '[1, "x"]'
+    )
+    assert (
+        E.yaml_literal(True) == "true"
+        and E.yaml_literal("expandable_segments:True") == '"expandable_segments:True"'
+    )
+    assert (
+        E.yaml_literal("full") == "full" and E.yaml_literal("1") == '"1"' and E.yaml_literal(None) == "null"
+    )
+    assert E.merge_alloc_conf(None, "expandable_segments:True") == "expandable_segments:True"
+    assert (
+        E.merge_alloc_conf("expandable_segments:False,x:1", "expandable_segments:True")
+        == "expandable_segments:True,x:1"
+    )
+
+
+def test_set_field_library_origin_inserts_in_user_function() -> None:
+    code = """
+    def f():
+        cfg = base()
+        if cfg.model.context_parallel_size > 1:
+            cfg.dataset.x = 2
+
+        return cfg
+    """
+    out = _run(
+        code,
+        "set_field",
+        "model.recompute_granularity",
+        '"selective"',
+        library={"model.recompute_granularity": "full"},
+    )
+    assert out.endswith('\n    cfg.model.recompute_granularity = "selective"\n    return cfg\n')
+
+
+def test_set_field_chained_target_is_not_edited_in_place() -> None:
+    code = """
+    def f():
+        cfg = base()
+        cfg.rng.te_rng_tracker = cfg.model.use_te_rng_tracker = True
+        return cfg
+    """
+    out = _run(code, "set_field", "model.use_te_rng_tracker", "False")
+    assert (
+        "= cfg.model.use_te_rng_tracker = True\n    cfg.model.use_te_rng_tracker = False\n    return" in out
+    )
+
+
+def test_set_field_in_shared_helper_is_not_edited() -> None:
+    text, sources = _setup("""
+    def f():
+        cfg = base()
+        return cfg
+    """)
+    r = recipe_from_source(P, text)
+    loc = Location(P, 2, 11, 2, 17)  # pretend the write sits in a helper of the user's repo
+    r.writes.append(Write("train.micro_batch_size", 2, "recipe", loc, loc, True, None, None, None, "_helper"))
+    out = apply_edits(text, E.set_field(r, "train.micro_batch_size", "1", sources))
+    assert out == text.replace("    return cfg", "    cfg.train.micro_batch_size = 1\n    return cfg")
+
+
+def test_set_field_without_return_or_config_var_gives_no_fix() -> None:
+    text, sources = _setup("""
+    def f():
+        cfg = base()
+        cfg.train.micro_batch_size = 2
+        return build(cfg)
+    """)
+    r = recipe_from_source(P, text)
+    assert E.set_field(r, "model.recompute_method", '"uniform"', sources) == []
+
+
+def test_set_field_keyword_on_call_without_args_and_with_kwargs() -> None:
+    code = """
+    def f():
+        cfg = base()
+        cfg.peft = LoRA()
+        return cfg
+    """
+    assert "cfg.peft = LoRA(sequence_parallel_input_regather=True)" in _run(
+        code, "set_field", "peft.sequence_parallel_input_regather", "True"
+    )
+    code2 = code.replace("LoRA()", "LoRA(**kw)")
+    out = _run(code2, "set_field", "peft.sequence_parallel_input_regather", "True")
+    assert "LoRA(**kw)\n    cfg.peft.sequence_parallel_input_regather = True\n" in out
+
+
+def test_env_vars_not_literal_uses_subscript() -> None:
+    code = """
+    def f():
+        cfg = base()
+        cfg.env_vars = dict(BASE_ENV)
+        return cfg
+    """
+    out = _run(code, "set_dict_key", "env_vars", "NCCL_GRAPH_REGISTER", "0")
+    assert 'cfg.env_vars["NCCL_GRAPH_REGISTER"] = 0\n    return cfg' in out
+
+
+def test_env_vars_empty_dict_and_subscript_write() -> None:
+    code = """
+    def f():
+        cfg = base()
+        cfg.env_vars = {}
+        cfg.env_vars["NCCL_NVLS_ENABLE"] = True
+        return cfg
+    """
+    out = _run(code, "set_dict_key", "env_vars", "NCCL_GRAPH_REGISTER", "0")
+    assert 'cfg.env_vars = {"NCCL_GRAPH_REGISTER": 0}' in out
+    out = _run(code, "set_dict_key", "env_vars", "NCCL_NVLS_ENABLE", "1")
+    assert 'cfg.env_vars["NCCL_NVLS_ENABLE"] = 1' in out
+
+
+def test_extend_alloc_conf_replaces_option_and_is_idempotent() -> None:
+    code = """
+    def f():
+        cfg = base()
+        cfg.env_vars = {**COMMON_RECIPE_ENV_VARS, 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:true,x:1'}
+        return cfg
+    """
+    out = _run(code, "extend_alloc_conf", "expandable_segments:True")
+    assert "'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True,x:1'}" in out
+    text, sources = _setup(out)
+    assert E.extend_alloc_conf(recipe_from_source(P, text), "expandable_segments:True", sources) == []
+
+
+def test_extend_alloc_conf_library_value_is_merged() -> None:
+    code = """
+    def f():
+        cfg = base()
+        return cfg
+    """
+    lib: dict[str, object] = {"env_vars.PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}
+    out = _run(code, "extend_alloc_conf", "expandable_segments:True", library=lib)
+    assert 'cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "max_split_size_mb:128,expandable_segments:True"' in out
+
+
+def test_rename_keyword_argument() -> None:
+    text, sources = _setup("""
+    def f():
+        cfg = base()
+        cfg.peft = LoRA(dimm=8)
+        return cfg
+    """)
+    r = recipe_from_source(P, text)
+    w = next(w for w in r.writes if w.path == "peft.dimm")
+    assert "LoRA(dim=8)" in apply_edits(text, E.rename_attribute(w, "dim", sources))
+
+
+def test_remove_only_keyword() -> None:
+    text, sources = _setup("""
+    def f():
+        cfg = base()
+        cfg.model = GPTModelProvider(sequence_parallel=True)
+        return cfg
+    """)
+    r = recipe_from_source(P, text)
+    w = next(w for w in r.writes if w.path == "model.sequence_parallel")
+    assert "GPTModelProvider()" in apply_edits(text, E.remove_assignment(w, sources))
+
+
+def test_ast_byte_columns_are_tolerated() -> None:
+    """A resolver passing ``ast`` byte columns through still gets the right span on non-ASCII lines."""
+    text, sources = _setup("""
+    def f():
+        cfg = base()
+        cfg.logger.name = "Größe"; cfg.train.micro_batch_size = 2
+        return cfg
+    """)
+    node = ast.parse(text).body[0].body[1].value  # type: ignore[attr-defined]
+    stmt = ast.parse(text).body[0].body[2]  # type: ignore[attr-defined]
+    val = stmt.value
+    loc = Location(P, val.lineno, val.col_offset + 1, val.end_lineno, val.end_col_offset + 1)
+    assert node is not None
+    r = recipe_from_source(P, text)
+    r.writes = [Write("train.micro_batch_size", 2, "recipe", loc, loc, True, None, None, None, "f")]
+    out = apply_edits(text, E.set_field(r, "train.micro_batch_size", "1", sources))
+    assert 'cfg.logger.name = "Größe"; cfg.train.micro_batch_size = 1\n' in out
+
+
+def test_library_paths_are_never_edited() -> None:
+    text, sources = _setup("x = 1\n")
+    loc = Location("megatron/bridge/recipes/common.py", 1, 5, 1, 6, in_library=True)
+    assert E.replace_value(loc, "2", sources) == []
+    assert E.replace_value(Location(P, 1, 5, 1, 6), "2", sources)[0].replacement == "2"
+
+
+def test_set_field_when_a_yaml_override_wins_edits_the_yaml() -> None:
+    from mbmem_lint.parse.yaml_overrides import load_override_file
+
+    text, sources = _setup("""
+    def f():
+        cfg = base()
+        cfg.model.sequence_parallel = True
+        return cfg
+    """)
+    y = "model:\n  sequence_parallel: true  # from the launcher\n"
+    sources["o.yaml"] = SourceFile("o.yaml", y, "yaml")
+    entry = load_override_file("o.yaml", y).entries[0]
+    r = recipe_from_source(P, text)
+    r.writes.append(Write(entry.path, True, "yaml", entry.location, entry.location, True, None))
+    edits = E.set_field(r, "model.sequence_parallel", "False", sources)
+    assert [e.path for e in edits] == ["o.yaml"]
+    assert apply_edits(y, edits) == "model:\n  sequence_parallel: false  # from the launcher\n"
+    r.writes[-1] = Write(entry.path, True, "cli", Location("<--set>", 1, 1, 1, 5), entry.location, True, None)
+    assert E.set_field(r, "model.sequence_parallel", "False", sources) == []
+
+
+def test_set_field_never_assigns_into_a_string_or_none_section() -> None:
+    code = """
+    def f():
+        cfg = base()
+        return cfg
+    """
+    text, sources = _setup(code)
+    lib: dict[str, object] = {"mixed_precision": "bf16_mixed", "comm_overlap": None}
+    r = recipe_from_source(P, text, library=lib)
+    assert E.set_field(r, "mixed_precision.grad_reduce_in_fp32", "False", sources) == []
+    assert E.set_field(r, "comm_overlap.tp_comm_overlap", "False", sources) == []
+    assert E.set_field(r, "model.recompute_method", '"uniform"', sources) != []
