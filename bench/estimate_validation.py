@@ -20,15 +20,15 @@ GB, GIB = 1e9, 1024**3
 
 
 def main() -> None:
-    print("== estimated vs measured peak (max allocated; measured 'GB' read as GiB and as 1e9 B) ==")
-    print(f"{'case':<44} {'measured':>9} {'estimated':>10} {'err(GiB)':>9} {'err(GB)':>8}  full peak")
+    print("== estimated vs measured peak: Bridge mem-max-allocated-gigabytes = allocated_bytes.all.peak / 1e9 ==")
+    print(f"{'case':<44} {'measured':>9} {'estimated':>10} {'err(GB)':>8} {'(if GiB)':>9}  full peak")
     for name, values, ws, measured in MEASURED:
         est = estimate_values(values, world_size=ws, name=name)
         alloc = max(s.allocated_bytes for s in est.stages)
         e_gib = (alloc - measured * GIB) / (measured * GIB) * 100
         e_gb = (alloc - measured * GB) / (measured * GB) * 100
-        print(f"{name:<44} {measured:>9.3f} {alloc / GIB:>9.2f}G {e_gib:>8.1f}% {e_gb:>7.1f}%  "
-              f"{est.peak_bytes / GIB:.1f} GiB")
+        print(f"{name:<44} {measured:>9.3f} {alloc / GB:>9.2f}G {e_gb:>7.1f}% {e_gib:>8.1f}%  "
+              f"{est.peak_bytes / GB:.1f} GB")
     print()
     print("== model-state parity with megatron.bridge estimate_training_memory (weights+grads+optimizer) ==")
     mod = load_bridge_estimator(ensure_corpus())

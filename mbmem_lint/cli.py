@@ -129,13 +129,15 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
     if fail_level:
         settings.fail_level = fail_level
     options = _options(gpu, world_size, recipe, set_items)
+    fixing = fix or diff or apply_fixes or bool(patch_file)
+    need_edits = fixing or (fmt or default_format()) in ("json", "sarif")
     try:
-        run = run_check(list(paths), settings, options)
+        run = run_check(list(paths), settings, options, need_edits=need_edits)
     except MissingPathError as exc:
         _fail(f"{exc}: no such file or directory")
         return
     code = exit_code(run.diagnostics, settings)
-    if fix or diff or apply_fixes or patch_file:
+    if fixing:
         from mbmem_lint.fix.output import render_fix_output
 
         mode = "apply" if apply_fixes else ("diff" if diff else "fix")

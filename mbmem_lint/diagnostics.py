@@ -6,6 +6,7 @@ These types are the contract between resolve → check → estimate → fix → 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Literal
 
 Severity = Literal["error", "warning", "info"]
@@ -43,12 +44,53 @@ class Edit:
     replacement: str
 
 
-@dataclass
 class Fix:
-    description: str
-    applicability: Applicability
-    edits: list[Edit] = field(default_factory=list)
-    saving_bytes: int | None = None  # estimated per-rank saving, for memory fixes
+    """A fix: text edits with an applicability (and, for memory fixes, the per-rank saving).
+
+    ``build`` makes the edits lazily: computing them (libcst on the file) is only worth it when
+    the edits are shown or applied, not for the terminal's one-line hint.
+    """
+
+    __slots__ = ("description", "applicability", "_edits", "_build", "saving_bytes")
+
+    def __init__(
+        self,
+        description: str,
+        applicability: Applicability,
+        edits: list[Edit] | None = None,
+        saving_bytes: int | None = None,
+        *,
+        build: Callable[[], list[Edit] | None] | None = None,
+    ) -> None:
+        self.description = description
+        self.applicability = applicability
+        self._edits = list(edits) if edits is not None else (None if build is not None else [])
+        self._build = build
+        self.saving_bytes = saving_bytes
+
+    @property
+    def edits(self) -> list[Edit]:
+        if self._edits is None:
+            try:
+                built = self._build() if self._build is not None else None
+            except Exception:  # a fix builder must never break linting: no edits, no fix
+                built = None
+            self._edits = list(built or [])
+        return self._edits
+
+    @edits.setter
+    def edits(self, value: list[Edit]) -> None:
+        self._edits = list(value)
+        self._build = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fix):
+            return NotImplemented
+        return (self.description, self.applicability, self.edits, self.saving_bytes) == (
+            other.description, other.applicability, other.edits, other.saving_bytes)
+
+    def __repr__(self) -> str:
+        return f"Fix({self.description!r}, {self.applicability!r}, saving_bytes={self.saving_bytes!r})"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic
-from mbmem_lint.discover.files import discover
+from mbmem_lint.discover.files import Discovered, discover
 from mbmem_lint.parse.yaml_overrides import OverrideFile, load_override_file
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
@@ -45,26 +45,24 @@ def _looks_like_override(f: OverrideFile) -> bool:
     return all(e.path.split(".")[0].lstrip("+~") in container.fields for e in f.entries)
 
 
+PARALLEL_MIN_FILES = 48  # below this, process start-up costs more than it saves
+
+
+def _jobs(n_files: int) -> int:
+    env = os.environ.get("MBMEM_LINT_JOBS")
+    if env is not None:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            return 1
+    if n_files < PARALLEL_MIN_FILES or not hasattr(os, "fork"):
+        return 1
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
 def resolve_paths(paths: list[str], settings: Settings, options: ResolveOptions) -> CheckRun:
-    found = discover(paths, settings)
-    run = CheckRun()
-    run.diagnostics.extend(found.diagnostics)
-    for src in found.python + found.yaml:
-        run.sources[src.path] = src
-    overrides: list[OverrideFile] = []
-    for src in found.yaml:
-        f = load_override_file(src.path, src.text)
-        if src.path in found.explicit_yaml or _looks_like_override(f):
-            overrides.append(f)
-            run.diagnostics.extend(f.diagnostics)
-    resolver = Resolver(settings, options)
-    result = resolver.resolve_all(found.python, overrides)
-    run.diagnostics.extend(result.diagnostics)
-    run.recipes = result.recipes
-    run.overrides = overrides
-    run.failed = result.failed
-    run.functions_seen = result.functions_seen
-    return run
+    """discover → parse → resolve (no rules): the recipes with their effective configs."""
+    return _resolve_found(discover(paths, settings), settings, options)
 
 
 def filter_tool_diagnostics(diags: list[Diagnostic], settings: Settings) -> list[Diagnostic]:
@@ -83,13 +81,96 @@ def filter_tool_diagnostics(diags: list[Diagnostic], settings: Settings) -> list
     return out
 
 
-def run_check(paths: list[str], settings: Settings, options: ResolveOptions) -> CheckRun:
+def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
+              need_edits: bool = True) -> CheckRun:
+    """``need_edits``: fix edits will be shown or applied (JSON/SARIF output, --fix); otherwise a
+    parallel run does not compute them in its workers (the terminal shows only the fix's hint)."""
     from mbmem_lint.check.engine import run_checks
 
-    run = resolve_paths(paths, settings, options)
+    found = discover(paths, settings)
+    jobs = _jobs(len(found.python))
+    if jobs > 1:
+        return _run_check_parallel(found, settings, options, jobs, need_edits)
+    run = _resolve_found(found, settings, options)
     tool = filter_tool_diagnostics(run.diagnostics, settings)
     findings = run_checks(run.recipes, run.overrides, settings, run.sources)
     run.diagnostics = sorted(tool + findings, key=lambda d: d.sort_key())
+    return run
+
+
+def _resolve_found(found: Discovered, settings: Settings, options: ResolveOptions,
+                   own: set[str] | None = None, with_yaml: bool = True) -> CheckRun:
+    run = CheckRun()
+    run.diagnostics.extend(d for d in found.diagnostics if with_yaml)
+    for src in found.python + found.yaml:
+        run.sources[src.path] = src
+    overrides: list[OverrideFile] = []
+    if with_yaml:
+        for src in found.yaml:
+            f = load_override_file(src.path, src.text)
+            if src.path in found.explicit_yaml or _looks_like_override(f):
+                overrides.append(f)
+                run.diagnostics.extend(f.diagnostics)
+    resolver = Resolver(settings, options)
+    result = resolver.resolve_all(found.python, overrides, own=own)
+    run.diagnostics.extend(result.diagnostics)
+    run.recipes = result.recipes
+    run.overrides = overrides
+    run.failed = result.failed
+    run.functions_seen = result.functions_seen
+    return run
+
+
+# Worker state for the parallel check (inherited through fork; nothing user-supplied is pickled in).
+_WORK: tuple[Discovered, Settings, ResolveOptions, list[list[str]], bool] | None = None
+
+
+def _check_chunk(index: int) -> tuple[list[Diagnostic], list[str], int]:
+    from mbmem_lint.check.engine import run_checks
+
+    assert _WORK is not None
+    found, settings, options, chunks, need_edits = _WORK
+    run = _resolve_found(found, settings, options, own=set(chunks[index]), with_yaml=index == 0)
+    tool = filter_tool_diagnostics(run.diagnostics, settings)
+    findings = run_checks(run.recipes, run.overrides, settings, run.sources)
+    for d in findings:
+        if d.fix is not None:
+            # Builders are closures over this process's state: compute the edits here or drop them.
+            d.fix.edits = d.fix.edits if need_edits else []
+    return tool + findings, run.failed, run.functions_seen
+
+
+def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
+                        need_edits: bool) -> CheckRun:
+    """Split the files over ``jobs`` forked workers. Every worker sees the whole tree (imports work
+    across chunks; files outside its chunk are lowered only when imported) and resolves and checks
+    the recipes of its own chunk; findings come back, de-duplicated."""
+    import multiprocessing
+
+    global _WORK
+    paths = sorted(s.path for s in found.python)
+    size = -(-len(paths) // jobs)
+    chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
+    _WORK = (found, settings, options, chunks, need_edits)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(len(chunks)) as pool:
+            parts = pool.map(_check_chunk, range(len(chunks)))
+    finally:
+        _WORK = None
+    run = CheckRun()
+    for src in found.python + found.yaml:
+        run.sources[src.path] = src
+    seen: set[tuple[object, ...]] = set()
+    for diags, failed, n in parts:
+        run.failed.extend(failed)
+        run.functions_seen += n
+        for d in diags:
+            key = (d.code, d.location.path, d.location.line, d.location.column, d.message)
+            if key not in seen:
+                seen.add(key)
+                run.diagnostics.append(d)
+    run.diagnostics.sort(key=lambda d: d.sort_key())
     return run
 
 

@@ -97,6 +97,46 @@ def fix_rename(ctx: RuleContext, write: Write, new_name: str, description: str,
     return ctx.fix(description, applicability, build)
 
 
+def add_import_edits(ctx: RuleContext, module: str, name: str) -> list[Edit] | None:
+    """``from <module> import <name>`` added to the recipe's file after its last top-level import.
+    ``[]`` when that import is already there (idempotent); ``None`` when the file binds ``name`` to
+    something else at module level (the fix must not shadow it) or cannot be parsed."""
+    import ast
+
+    from mbmem_lint.fix._text import LineTable, newline_of
+
+    src = ctx.sources.get(ctx.r.path)
+    if src is None or src.kind != "python":
+        return None
+    try:
+        tree = ast.parse(src.text)
+    except SyntaxError:
+        return None
+    last_import: ast.stmt | None = None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            ok = node.module == module and node.level == 0 and any(a.name == name and a.asname in (None, name) for a in node.names)
+            return [] if ok else None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return None
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and name in {t.id for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}:
+            return None
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            last_import = node
+    lines = LineTable(src.text)
+    nl = newline_of(src.text)
+    if last_import is not None and last_import.end_lineno is not None:
+        off = lines.line_end(last_import.end_lineno)
+        prefix = "" if src.text[:off].endswith(("\n", "\r")) else nl
+    else:
+        first = tree.body[0] if tree.body else None
+        doc = (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+               and isinstance(first.value.value, str))
+        off = lines.line_end(first.end_lineno) if doc and first is not None and first.end_lineno else 0
+        prefix = "" if off == 0 or src.text[:off].endswith(("\n", "\r")) else nl
+    return [Edit(src.path, off, off, f"{prefix}from {module} import {name}{nl}")]
+
+
 # -- shared value logic ------------------------------------------------------------------------------
 
 

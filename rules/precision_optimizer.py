@@ -8,7 +8,7 @@ from typing import Any
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef
 from mbmem_lint.resolve.resolved import UNKNOWN, is_known
 
-from ._common import fix_set, fmt, is_fsdp, py
+from ._common import add_import_edits, fix_set, fmt, is_fsdp, py
 
 DDP_DO = "ddp.use_distributed_optimizer"
 OPT_DO = "optimizer.use_distributed_optimizer"
@@ -211,6 +211,76 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b) and type(a) is type(b) or (a is None and b is None)
 
 
+MP_MODULE = "megatron.bridge.training.mixed_precision"
+
+
+def _mp_dead_fix(ctx: RuleContext, w: Any, name: str, value_src: str) -> Any:
+    """Move a dead precision assignment onto ``cfg.mixed_precision`` and delete the dead line.
+
+    * ``cfg.mixed_precision`` is a config object: add ``cfg.mixed_precision.<name> = <value>`` before
+      ``return`` (or rewrite an existing assignment of that field in the recipe function);
+    * it is a preset *name* (``"bf16_mixed"``): a string takes no attribute writes, so the fix first
+      builds the preset object with its factory, ``cfg.mixed_precision = bf16_mixed()``, which is what
+      Bridge does before ``setup()`` (``config.py:1875``: ``get_mixed_precision_config(name)`` =
+      ``MIXED_PRECISION_RECIPES[name]()``, the registry of these very factories), and imports the
+      factory from ``megatron.bridge.training.mixed_precision``.
+
+    Never a keyword added to the call that built the object: the preset factories take no arguments.
+    A dead write set in YAML or with --set gets no fix (moving a key between YAML sections is left to
+    the user; the message says where it belongs). Writes outside the user's recipe function (shared
+    helpers) get no fix: removing them would change every recipe that calls the helper.
+    """
+    pre_mp = ctx.pre("mixed_precision")
+    cfg = ctx.r.config_var
+    if w.origin != "recipe" or w.location.in_library or (w.function is not None and w.function != ctx.r.function) or not cfg:
+        return None
+    factory: str | None = None
+    if isinstance(pre_mp, str):
+        factory = pre_mp.replace("-", "_")
+        if factory not in MP_PRESETS:
+            return None
+    elif not isinstance(pre_mp, dict):
+        return None
+    mp_path = f"mixed_precision.{name}"
+
+    def build() -> list[Any]:
+        from mbmem_lint.fix import edits
+
+        removal = list(edits.remove_assignment(w, ctx.sources))
+        if not removal:
+            return []
+        out: list[Any] = []
+        if factory is not None:
+            imp = add_import_edits(ctx, MP_MODULE, factory)
+            if imp is None:
+                return []
+            out += imp
+            # Two insertions at the return: they apply in sorted order, "cfg.mixed_precision = ..."
+            # before "cfg.mixed_precision.<name> = ..." (" " < ".").
+            out += edits.insert_before_return(ctx.r, f"{cfg}.mixed_precision = {factory}()", ctx.sources)
+            out += edits.insert_before_return(ctx.r, f"{cfg}.{mp_path} = {value_src}", ctx.sources)
+        else:
+            own = ctx.user_write(mp_path)
+            mp_w = ctx.user_write("mixed_precision")
+            order = {id(x): i for i, x in enumerate(ctx.r.writes)}
+            if (own is not None and own.origin == "recipe" and own.function in (None, ctx.r.function)
+                    and (mp_w is None or order.get(id(own), -1) > order.get(id(mp_w), -1))):
+                out += edits.set_field(ctx.r, mp_path, value_src, ctx.sources)
+            else:
+                out += edits.insert_before_return(ctx.r, f"{cfg}.{mp_path} = {value_src}", ctx.sources)
+        if not out:
+            return []
+        return out + removal
+
+    how = (f"build the preset with {factory}() and set .{name} on it" if factory else f"set cfg.{mp_path}")
+    # Same intent only when mixed_precision copies the field to this section alone; params_dtype,
+    # fp16/bf16, fp8_recipe, ... also land on the other sections (a behaviour change there).
+    others = [sec for sec, names in MP_TARGETS.items() if name in names and sec != w.path.split(".")[0]]
+    if others:
+        how += f" (also changes {', '.join(f'{o}.{name}' for o in others)})"
+    return ctx.fix(f"{how}; delete the dead {w.path} assignment", "unsafe" if others else "safe", build)
+
+
 def _mp_dead(ctx: RuleContext) -> Iterator[Finding]:
     mp = ctx.get("mixed_precision")
     if not is_known(mp) or mp is None:
@@ -224,14 +294,17 @@ def _mp_dead(ctx: RuleContext) -> Iterator[Finding]:
             old, new = w.value, mp_value(ctx, name)
             if old is None or not is_known(old) or not is_known(new) or _same(old, new):
                 continue
-            mp_is_obj = isinstance(mp, dict)
+            pre_mp = ctx.pre("mixed_precision")
+            notes = []
+            if isinstance(pre_mp, str):
+                notes.append(f"cfg.mixed_precision is the preset name {pre_mp!r}, which takes no attribute writes: build the "
+                             f"object ({pre_mp.replace('-', '_')}() from megatron.bridge.training.mixed_precision) and set "
+                             f".{name} on it")
             yield Finding(
                 f"{path} = {fmt(old)} is overwritten by cfg.mixed_precision ({fmt(new)}) at runtime"
                 + (" — fp32 gradient buffers: 4 bytes/param instead of 2" if name == "grad_reduce_in_fp32" and new is True else ""),
                 [path, "mixed_precision"], location=w.anchor,
-                fix=fix_set(ctx, f"mixed_precision.{name}", fmt(old), f"set cfg.mixed_precision.{name} instead") if mp_is_obj else None,
-                notes=[] if mp_is_obj else [f"cfg.mixed_precision is the preset {mp!r}: build it with get_mixed_precision_config({mp!r}) "
-                                            f"and set .{name} on it"])
+                fix=_mp_dead_fix(ctx, w, name, fmt(old)), notes=notes)
 
 
 MBM406 = Rule(
@@ -244,8 +317,19 @@ MBM406 = Rule(
     sources=(SourceRef("megatron/bridge/training/mixed_precision.py:113-157", "silent-rewrite", "setup() overwrites same-named fields"),),
     check=_mp_dead,
     valid=(Example(py("cfg.ddp.grad_reduce_in_fp32 = True")),),
-    invalid=(Example(py("cfg.ddp.grad_reduce_in_fp32 = False  # <-")),),
-    fix_applicability="safe", fix_description="Move the value to cfg.mixed_precision.<field> (object configs only).",
+    invalid=(
+        Example(py("cfg.ddp.grad_reduce_in_fp32 = False  # <-"),
+                note="the library recipe leaves cfg.mixed_precision = 'bf16_mixed' (a preset name)"),
+        Example(py("cfg.mixed_precision = bf16_mixed()\ncfg.ddp.grad_reduce_in_fp32 = False  # <-",
+                   imports="from megatron.bridge.training.mixed_precision import bf16_mixed")),
+    ),
+    fix_applicability="safe",
+    fix_description=("Move the value to cfg.mixed_precision.<field> and delete the dead assignment. When "
+                     "cfg.mixed_precision is a preset name (a string takes no attribute writes) the fix first builds the "
+                     "preset object with its factory (`cfg.mixed_precision = bf16_mixed()`, imported from "
+                     "megatron.bridge.training.mixed_precision), exactly what Bridge does before setup(). Unsafe when "
+                     "mixed_precision also copies the field to another section (params_dtype, bf16/fp16, fp8_recipe, "
+                     "reuse_grad_buf_for_mxfp8_param_ag); no fix for writes in YAML or in shared helpers."),
     references=("rules-from-source §1.4, §2.M, §5 rule 23",),
 )
 

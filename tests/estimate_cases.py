@@ -42,6 +42,8 @@ LLAMA_SFT = {
     "model.params_dtype": "torch.bfloat16",
     "model.fp8": "hybrid",
     "model.fp8_recipe": "tensorwise",
+    "model.fp8_param": True,  # _perf_precision("fp8_cs") -> fp8_param_gather=True (resolved recipe)
+    "ddp.fp8_param_gather": True,
     "model.disable_parameter_transpose_cache": True,
     "model.recompute_granularity": "selective",
     "model.recompute_modules": ["core_attn"],

@@ -132,7 +132,54 @@ def test_activation_terms_sp_and_lora_regather() -> None:
     assert no_sp["attn_norm"] == 2 * T * 1024  # replicated without SP
     lora = {**base, "peft": {"_target_": "megatron.bridge.peft.lora.LoRA"}}
     assert layer_terms(_inp(**lora), 0)["lora_qkv"] == 2 * T * 1024  # full gathered LoRA-A input kept
-    assert "lora_qkv" not in layer_terms(_inp(**lora, **{"peft.sequence_parallel_input_regather": True}), 0)
+    # Re-gather keeps only the sequence-local shard (Bridge peft/utils.py: MCore SP linear saves the local input).
+    rg = layer_terms(_inp(**lora, **{"peft.sequence_parallel_input_regather": True}), 0)
+    assert rg["lora_qkv"] == 2 * T * 1024 / 2
+    # ... but not with selective mlp recompute over fc1 (eligibility gate), nor with CUDA graphs.
+    rg_mlp = layer_terms(_inp(**lora, **{"peft.sequence_parallel_input_regather": True,
+                                         "model.recompute_granularity": "selective",
+                                         "model.recompute_modules": ["mlp"]}), 0)
+    assert rg_mlp["lora_fc1"] == 2 * T * 1024 and rg_mlp["lora_qkv"] == 2 * T * 1024 / 2
+    # Frozen base (PEFT): TE saves no GEMM inputs for frozen weights; LoRA-A on fc2 saves the bf16 fc2 input.
+    lt = layer_terms(_inp(**lora), 0)
+    assert "qkv_linear" not in lt and "mlp_fc1_in" not in lt and "mlp_act_out" not in lt
+    assert lt["lora_fc2"] == 2 * T * 4096 / 2
+
+
+def test_recompute_module_semantics() -> None:
+    from mbmem_lint.estimate.activations import selective_drops
+
+    T, sel = 2048, {"model.recompute_granularity": "selective"}
+    # TE fuses the dense norms into LayerNormLinear (IdentityOp norm modules): "layernorm" drops nothing there.
+    dense = layer_terms(_inp(), 0)
+    drops = selective_drops(_inp(**sel, **{"model.recompute_modules": ["layernorm"]}))
+    assert not drops & set(dense)
+    # ... but drops the MoE pre-MLP TENorm output.
+    moe = _inp(**sel, **{"model.recompute_modules": ["layernorm"], "model.num_moe_experts": 4})
+    assert layer_terms(moe, 0)["moe_norm_out"] == 2 * T * 1024 and "moe_norm_out" in selective_drops(moe)
+    # "mlp" checkpoints the whole dense MLP: fc1's saved norm output, fc1 output and fc2 input all go.
+    assert {"mlp_fc1_in", "mlp_fc1_out", "mlp_act_out"} <= selective_drops(_inp(**sel, **{"model.recompute_modules": ["mlp"]}))
+    # "core_attn": q, k, v are the checkpoint inputs and stay; O stays too when the bf16 projection saves it.
+    ca = layer_terms(_inp(), 0)
+    assert ca["core_attn"] == 2 * T * (8 + 4) * 128 and ca["attn_proj"] == 2 * T * 8 * 128
+    assert ca["core_attn_out"] == 4 * T * 8  # softmax stats only
+
+
+def test_fp8_param_bytes_per_family() -> None:
+    from mbmem_lint.estimate.model_state import fp8_param_bytes
+
+    assert fp8_param_bytes("tensorwise", "hopper") == 2.0  # data + transpose (post_all_gather_processing)
+    assert fp8_param_bytes("tensorwise", "blackwell") == 1.0
+    assert fp8_param_bytes("mxfp8", "blackwell") == 2.0 * (1 + 1 / 32)  # row + column-wise, E8M0 scales
+
+
+def test_gpu_capacity_is_marketed_and_above_usable() -> None:
+    from mbmem_lint.estimate.gpus import _catalog
+
+    h100 = resolve_gpu("h100-80gb")
+    assert h100.capacity_bytes == 80 * 2**30 and h100.usable_bytes == 84935720960
+    for spec in _catalog()[0].values():
+        assert spec.capacity_bytes >= spec.usable_bytes, spec.name
 
 
 def test_pipeline_inflight_and_layout() -> None:

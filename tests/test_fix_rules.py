@@ -29,9 +29,7 @@ GIT = shutil.which("git")
 
 # Rule fixes known not to meet the properties yet (owner: the rules issue). Reported, not hidden:
 # they run as non-strict xfail so a repaired fix shows up as XPASS.
-KNOWN_BAD_FIXES: dict[str, str] = {
-    "MBM406": "the fix adds cfg.mixed_precision.<field> but keeps the dead assignment; the rule still fires",
-}
+KNOWN_BAD_FIXES: dict[str, str] = {}
 
 
 def _fixable_examples() -> list[Any]:

@@ -107,7 +107,11 @@ def check_recipe(source: str, workdir: Path) -> None:
     assert "Traceback" not in first.stderr, first.stderr[-3000:]
     assert first.returncode in (0, 1), (first.returncode, first.stderr[-2000:])
     second = run_cli(["check", "recipe.py", "--format", "json"], workdir)
-    assert (second.returncode, second.stdout) == (first.returncode, first.stdout)
+    assert (second.returncode, second.stdout) == (first.returncode, first.stdout), (
+        "non-deterministic output",
+        first.stdout[-3000:],
+        second.stdout[-3000:],
+    )
     diff = run_cli(["check", "recipe.py", "--fix", "--diff"], workdir)
     assert "Traceback" not in diff.stderr, diff.stderr[-3000:]
     assert diff.returncode in (0, 1), (diff.returncode, diff.stderr[-2000:])

@@ -11,9 +11,7 @@ from mbmem_lint.settings import parse_settings
 pipeline = pytest.importorskip("mbmem_lint.pipeline")
 
 # Examples that need resolver support not there yet (reported to the resolver owner).
-KNOWN_RESOLVER_GAPS = {
-    "MBM303-invalid0": "cfg.rng (RNGConfig() from the library) resolves to UNKNOWN, so rng.te_rng_tracker is unknown",
-}
+KNOWN_RESOLVER_GAPS: dict[str, str] = {}
 
 CASES_INVALID = [
     pytest.param(r, i, ex, id=f"{r.code}-invalid{i}",

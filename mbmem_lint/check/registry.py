@@ -112,6 +112,28 @@ def list_rules_text() -> str:
     return "\n".join(out) + "\n"
 
 
+def rule_json(rule: Rule) -> dict[str, object]:
+    """One rule as JSON-able data (``mbmem-lint rules --format json``)."""
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "severity": rule.severity,
+        "fixable": rule.fix_applicability is not None,
+        "fix_applicability": rule.fix_applicability,
+        "family": rule.family,
+        "summary": rule.summary,
+        "fields": list(rule.fields),
+        "source": [{"ref": s.ref, "behaviour": s.behaviour, "what": s.what} for s in rule.sources],
+        "versions": rule.versions or None,
+    }
+
+
+def rules_json() -> list[dict[str, object]]:
+    """``mbmem-lint rules --format json``: every rule, sorted by code, as
+    ``{code, name, severity, fixable, summary, fields, source, ...}``."""
+    return [rule_json(r) for r in _load()]
+
+
 def explain_rule_text(code: str) -> str:
     """``mbmem-lint rule MBMxxx``: the rule's documentation. Raises KeyError for unknown codes."""
     if code.upper() in TOOL_CODES:

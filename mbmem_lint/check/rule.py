@@ -300,13 +300,8 @@ class RuleContext:
     ) -> Fix | None:
         """A :class:`Fix` from ``build()`` (which calls :mod:`mbmem_lint.fix.edits`), or None when the
         edit primitives are unavailable or cannot express the change (a fix is always optional)."""
-        try:
-            edits = build()
-        except Exception:  # fix builders must never break linting
-            return None
-        if not edits:
-            return None
-        return Fix(description, applicability, list(edits), saving_bytes)
+        # Built lazily (see Fix): the edits are computed only when shown or applied.
+        return Fix(description, applicability, saving_bytes=saving_bytes, build=build)
 
 
 _SCHEMA: list[Any] = []

@@ -10,11 +10,20 @@ from __future__ import annotations
 from mbmem_lint.estimate.inputs import Inputs
 from mbmem_lint.estimate.params import layer_sublayers
 
-# Selective-recompute module -> activation terms it frees (MCore TransformerConfig.recompute_modules).
+# Selective-recompute module -> activation terms it frees (MCore TransformerConfig.recompute_modules,
+# transformer_layer.py TransformerLayer.__init__/_forward_mlp in Core 0.19.2):
+# - "core_attn": the attention is checkpointed with q, k, v as inputs, so only its output and softmax
+#   stats (and the s^2 internals of unfused attention) are dropped; the output survives when the
+#   projection GEMM saves it (bf16).
+# - "layernorm": only norms that are separate modules (``not isinstance(input_layernorm, IdentityOp)``).
+#   The TE spec fuses the attention and dense-MLP norms into TELayerNormColumnParallelLinear (the norm
+#   modules are IdentityOp), so it is a no-op there; it applies to the MoE pre-MLP TENorm and MLA's input norm.
+# - "mlp": the whole dense MLP runs under (te_)checkpoint with its input kept: everything inside goes,
+#   including fc1's saved norm output; a no-op on MoE layers.
 RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
-    "core_attn": ("core_attn_internal",),
-    "layernorm": ("qkv_linear", "mlp_fc1_in", "mamba_in"),
-    "mlp": ("mlp_fc1_out", "mlp_act_out", "lora_fc1"),
+    "core_attn": ("core_attn_out", "core_attn_internal"),
+    "layernorm": ("moe_norm_out", "mla_norm_out"),
+    "mlp": ("mlp_fc1_in", "mlp_fc1_out", "mlp_act_out", "lora_fc1", "lora_fc2"),
     "moe_act": ("moe_act", "shared_act"),
     "moe": ("router", "expert_fc1_in", "expert_fc1_out", "moe_act", "expert_combine", "shared_fc1_out",
             "shared_act"),
@@ -24,10 +33,10 @@ RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
 # Fine-grained activation offloading module -> terms moved to host memory (MCore offload_modules).
 OFFLOAD_TERMS: dict[str, tuple[str, ...]] = {
     "attn_norm": ("attn_norm",),
-    "qkv_linear": ("qkv_linear",),
-    "core_attn": ("core_attn",),
+    "qkv_linear": ("qkv_linear", "mla_norm_out"),
+    "core_attn": ("core_attn", "core_attn_out"),
     "attn_proj": ("attn_proj",),
-    "mlp_norm": ("mlp_norm",),
+    "mlp_norm": ("mlp_norm", "moe_norm_out"),
     "expert_fc1": ("expert_fc1_in",),
     "moe_act": ("moe_act",),
 }
@@ -37,8 +46,25 @@ def tokens(inp: Inputs) -> float:
     return inp.train.seq * inp.train.mbs / inp.par.cp
 
 
+def lora_regather_active(inp: Inputs, surface: str) -> bool:
+    """Bridge ParallelLinearAdapter._sequence_parallel_input_regather_eligibility (peft/utils.py): SP, TP > 1,
+    no CUDA graphs, no full recompute, no selective ``mlp`` recompute over fc1, no CPU activation offload."""
+    lora, p = inp.peft, inp.par
+    if lora is None or not lora.regather or not p.sp or p.tp <= 1:
+        return False
+    if inp.rt.graph_impl not in ("none", "") or inp.rec.granularity == "full":
+        return False
+    if inp.off.cpu_offloading and inp.off.cpu_activations:
+        return False
+    return not (surface == "fc1" and inp.rec.granularity == "selective" and "mlp" in inp.rec.modules)
+
+
 def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
-    """Named activation terms (bytes) of one layer for one microbatch, before recompute/offload."""
+    """Named activation terms (bytes) of one layer for one microbatch, before recompute/offload.
+
+    TE saves a GEMM's input only when the weight needs a gradient (``weight.requires_grad``), so under PEFT
+    the frozen base GEMMs save nothing and the LoRA-A adapters save their own inputs instead.
+    """
     s, p = inp.shape, inp.par
     T, t = tokens(inp), p.tp
     r = 1.0 / t if p.sp else 1.0
@@ -46,7 +72,8 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
     h = s.hidden
     drop = s.hidden_dropout > 0
     lora = inp.peft
-    lora_gather = lora is not None and p.sp and t > 1
+    frozen = lora is not None
+    targets = set(lora.targets) if lora is not None else set()
     out: dict[str, float] = {}
 
     def add(k: str, v: float) -> None:
@@ -54,42 +81,59 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
 
     for kind in layer_sublayers(s, index):
         if kind in ("attn", "mla"):
-            add("attn_norm", 2 * T * h * r)
-            add("qkv_linear", g8 * T * h * r)
+            add("attn_norm", 2 * T * h * r)  # norm input, for the norm's backward
             if kind == "attn":
+                if not frozen:
+                    add("qkv_linear", g8 * T * h * r)  # fused norm output, for the qkv wgrad
                 a, g, d = s.heads, s.groups, s.kv_channels
-                add("core_attn", (2 * T * (a + 2 * g) * d + 2 * T * a * d + 4 * T * a) / t)
-                proj_in = T * a * d / t
+                add("core_attn", 2 * T * (a + 2 * g) * d / t)  # q, k, v
+                o_elems = T * a * d / t
             else:
+                add("mla_norm_out", 2 * T * h * r)  # separate TENorm output, input of the down-projections
                 a, qk, pe, v = s.heads, s.qk_head_dim, s.qk_pos_dim, s.v_head_dim
                 add("mla_down", 2 * T * ((s.q_lora_rank or 0) + s.kv_lora_rank + pe) * 2)
                 add("mla_up", 2 * T * a * (qk + pe + qk + v) / t)
-                add("core_attn", (2 * T * a * (2 * (qk + pe) + v) + 2 * T * a * v + 4 * T * a) / t)
-                proj_in = T * a * v / t
+                add("core_attn", 2 * T * a * (2 * (qk + pe) + v) / t)
+                o_elems = T * a * v / t
+            lse = 4 * T * s.heads / t
+            # The attention output O (bf16) is saved by flash attention and, as the same tensor, by the
+            # projection GEMM when it runs in bf16 and needs it; FP8 saves its own 1-byte copy.
+            proj_saves_o = (not frozen and not inp.prec.fp8) or (frozen and "linear_proj" in targets)
+            if proj_saves_o:
+                add("attn_proj", 2 * o_elems)
+                add("core_attn_out", lse)
+            else:
+                add("core_attn_out", 2 * o_elems + lse)
+                if inp.prec.fp8 and not frozen:
+                    add("attn_proj", o_elems)
             if not inp.rt.flash:
                 sl = inp.train.seq / p.cp
                 add("core_attn_internal", s.heads * T * sl / t * (2 + (3 if s.attention_dropout > 0 else 0)))
-            if inp.prec.fp8:
-                add("attn_proj", proj_in)  # FP8 copy of the projection input (the bf16 O is kept by attention)
             if drop:
                 add("attn_dropout", T * h * r)
-            if lora_gather and lora is not None:
-                n = sum(1 for x in lora.targets if x in ("linear_qkv", "linear_q", "linear_k", "linear_v"))
-                if n and not lora.regather:
-                    add("lora_qkv", 2 * T * h * (1 if lora.kind != "canonical_lora" else n))
+            if lora is not None:
+                n = sum(1 for x in targets if x in ("linear_qkv", "linear_q", "linear_k", "linear_v"))
+                if n and kind == "attn":
+                    share = 1.0 / t if lora_regather_active(inp, "qkv") else 1.0
+                    add("lora_qkv", 2 * T * h * share * (1 if lora.kind != "canonical_lora" else n))
         elif kind in ("mlp", "moe"):
             add("mlp_norm", 2 * T * h * r)
-            add("mlp_fc1_in", g8 * T * h * r)
             glu = 2 if s.glu else 1
             if kind == "mlp":
-                add("mlp_fc1_out", 2 * T * s.ffn * glu / t)
-                add("mlp_act_out", g8 * T * s.ffn / t)
-                if lora_gather and lora is not None and not lora.regather and any(
-                        x.startswith("linear_fc1") for x in lora.targets):
-                    add("lora_fc1", 2 * T * h)
+                if not frozen:
+                    add("mlp_fc1_in", g8 * T * h * r)
+                add("mlp_fc1_out", 2 * T * s.ffn * glu / t)  # activation-function input
+                if not frozen:
+                    add("mlp_act_out", g8 * T * s.ffn / t)  # fc2 input
+                elif "linear_fc2" in targets:
+                    add("lora_fc2", 2 * T * s.ffn / t)
+                if lora is not None and any(x.startswith("linear_fc1") for x in targets):
+                    share = 1.0 / t if lora_regather_active(inp, "fc1") else 1.0
+                    add("lora_fc1", 2 * T * h * share)
             else:
                 local = T * r
                 routed = local * s.topk * p.etp
+                add("moe_norm_out", 2 * T * h * r)  # separate pre-MLP TENorm output (router + dispatch input)
                 add("router", 8 * local * s.num_experts)
                 add("expert_fc1_in", g8 * routed * h)
                 add("expert_fc1_out", 2 * routed * s.moe_ffn * glu / p.etp)
@@ -104,7 +148,8 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
             di = s.mamba_heads * s.mamba_head_dim
             gs = s.mamba_groups * s.mamba_state
             add("attn_norm", 2 * T * h * r)
-            add("mamba_in", g8 * T * h * r)
+            if not frozen:
+                add("mamba_in", g8 * T * h * r)
             add("mamba_internal", 2 * T * (7 * di + 4 * gs + s.mamba_heads) / t)
             if drop:
                 add("mlp_dropout", T * h * r)

@@ -13,7 +13,7 @@ from mbmem_lint.estimate.activations import (
     output_activation,
     selective_drops,
 )
-from mbmem_lint.estimate.gpus import GpuSpec, resolve_gpu
+from mbmem_lint.estimate.gpus import GpuSpec, UnknownGpuError, resolve_gpu
 from mbmem_lint.estimate.inputs import Inputs, read_inputs
 from mbmem_lint.estimate.model_state import model_state_components, stage_params
 from mbmem_lint.estimate.overheads import (
@@ -155,11 +155,33 @@ def estimate_recipe(recipe: ResolvedRecipe, *, gpu: str | None = None, world_siz
     Raises :class:`EstimateUnavailable` when the model shape is unknown and
     :class:`~mbmem_lint.estimate.gpus.UnknownGpuError` for an unknown GPU name.
     """
-    gpu_name = gpu or recipe.target.gpu
-    assumed_gpu = gpu_name is None
+    # Capacity rules and suggestions ask for the same estimate several times per recipe.
+    cache: dict[Any, Estimate] = recipe.__dict__.setdefault("_estimate_cache", {})
+    key = (gpu, world_size, tuple(sorted((k, repr(v)) for k, v in overrides.items())) if overrides else None)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    est = _estimate_recipe(recipe, gpu=gpu, world_size=world_size, overrides=overrides)
+    cache[key] = est
+    return est
+
+
+def _estimate_recipe(recipe: ResolvedRecipe, *, gpu: str | None, world_size: int | None,
+                     overrides: Mapping[str, Any] | None) -> Estimate:
+    note = None
+    if gpu is not None:
+        spec = resolve_gpu(gpu)  # a name the user typed: unknown -> UnknownGpuError
+    elif recipe.target.gpu is None:
+        spec, note = resolve_gpu(DEFAULT_GPU), f"target GPU unknown; assumed {DEFAULT_GPU}"
+    else:
+        try:
+            spec = resolve_gpu(recipe.target.gpu)
+        except UnknownGpuError:  # inferred from the recipe name: fall back rather than fail
+            spec = resolve_gpu(DEFAULT_GPU)
+            note = f"target GPU {recipe.target.gpu!r} is not in the catalog; assumed {DEFAULT_GPU}"
     ws = world_size if world_size is not None else recipe.target.world_size
     inp = read_inputs(recipe_getter(recipe, overrides), ws)
-    est = _build(inp, resolve_gpu(gpu_name or DEFAULT_GPU), f"{recipe.path}::{recipe.function}")
-    if assumed_gpu:
-        est.assumptions.insert(0, f"target GPU unknown; assumed {DEFAULT_GPU}")
+    est = _build(inp, spec, f"{recipe.path}::{recipe.function}")
+    if note:
+        est.assumptions.insert(0, note)
     return est

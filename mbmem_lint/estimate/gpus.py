@@ -23,8 +23,8 @@ class Overhead:
 class GpuSpec:
     name: str  # canonical catalog name
     family: str  # "hopper", "blackwell", "ampere", ...
-    capacity_bytes: int  # marketed (decimal GB as NVIDIA quotes it)
-    usable_bytes: int  # total reported by software (PyTorch total_memory)
+    capacity_bytes: int  # marketed HBM, binary-nominal: marketed_gb * 2**30 (>= usable_bytes)
+    usable_bytes: int  # total reported by software (PyTorch total_memory); the estimate is compared to this
     source: str
     overheads: dict[str, Overhead]
 
@@ -47,7 +47,8 @@ def _catalog() -> tuple[dict[str, GpuSpec], dict[str, str]]:
         specs[name] = GpuSpec(
             name=name,
             family=g["family"],
-            capacity_bytes=int(g["marketed_gb"] * 10**9),
+            # HBM "GB" are binary-nominal (seed-facts 6): an "80 GB" H100 has 80 GiB of HBM, 79.1 GiB usable.
+            capacity_bytes=int(g["marketed_gb"] * 2**30),
             usable_bytes=int(g["usable_bytes"]),
             source=g["source"],
             overheads=families[g["family"]],

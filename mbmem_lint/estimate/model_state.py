@@ -41,6 +41,17 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
     return base, adapters
 
 
+def fp8_param_bytes(recipe: str, family: str) -> float:
+    """Bytes per FP8 primary weight element. Hopper/Ada GEMMs need a transposed FP8 copy for dgrad/wgrad
+    (MCore fp8_utils.post_all_gather_processing: "tensorwise: may need to create a transposed view";
+    TE Float8Tensor keeps it until the next update); blockwise and MXFP8 keep column-wise storage on every
+    architecture; MXFP8 adds one E8M0 scale per 32 elements per copy."""
+    rec = recipe.lower()
+    mx = "mxfp8" in rec or rec == "mx"
+    columnwise = mx or "block" in rec or family in ("hopper", "ada", "ampere")
+    return (2.0 if columnwise else 1.0) * (1.0 + (1.0 / 32 if mx else 0.0))
+
+
 def _local(p: Params, inp: Inputs) -> tuple[float, float]:
     """(dense, expert) parameter counts on one GPU."""
     par = inp.par
@@ -66,7 +77,7 @@ def model_state_components(inp: Inputs, base: Params, adapters: Params, family: 
     lin_e = base.expert_linear / (par.ep * par.etp)
     wbytes = (dense + expert) * prec.param_bytes
     if prec.fp8_param:
-        wbytes -= (lin_d + lin_e) * (prec.param_bytes - 1)
+        wbytes -= (lin_d + lin_e) * (prec.param_bytes - fp8_param_bytes(prec.fp8_recipe, family))
     if shard_params:
         wbytes = (dense * prec.param_bytes) / dense_shard + (expert * prec.param_bytes) / expert_shard
     wbytes += (a_dense + a_expert) * prec.param_bytes

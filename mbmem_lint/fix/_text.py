@@ -7,6 +7,7 @@ uses). Locations are 1-based lines and 1-based columns in characters; a resolver
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,9 +23,10 @@ class LineTable:
     def __init__(self, text: str) -> None:
         self.text = text
         starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                starts.append(i + 1)
+        i = text.find("\n")
+        while i != -1:
+            starts.append(i + 1)
+            i = text.find("\n", i + 1)
         self.starts = starts
 
     @property
@@ -86,37 +88,80 @@ class Span:
     end: int
 
 
+class _Region:
+    """libcst nodes of one top-level region (a ``def``/``class`` with its decorators, or a run of
+    module-level statements), with spans shifted to whole-file offsets."""
+
+    def __init__(self, text: str, base: int) -> None:
+        module = cst.parse_module(text)
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        positions = wrapper.resolve(PositionProvider)
+        self.parents = wrapper.resolve(ParentNodeProvider)
+        lines = LineTable(text)
+        self.spans: dict[cst.CSTNode, Span] = {}
+        self.starts: dict[int, list[cst.CSTNode]] = {}
+        for node, rng in positions.items():
+            sp = Span(base + lines.line_start(rng.start.line) + rng.start.column,
+                      base + lines.line_start(rng.end.line) + rng.end.column)
+            self.spans[node] = sp
+            self.starts.setdefault(sp.start, []).append(node)
+
+
 class PyIndex:
-    """A libcst parse of one file with character spans for every node (built lazily, cached)."""
+    """libcst view of one file with character spans for nodes, built per top-level region on
+    demand: a fix touches one recipe function, so only that function is parsed with libcst
+    (whole-file position metadata costs ~1 s on a large recipe file)."""
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.lines = LineTable(text)
-        self.module = cst.parse_module(text)
-        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        positions = wrapper.resolve(PositionProvider)
-        self.parents = wrapper.resolve(ParentNodeProvider)
-        self.spans: dict[cst.CSTNode, Span] = {}
-        self._starts: dict[int, list[cst.CSTNode]] = {}
-        for node, rng in positions.items():
-            sp = self._to_span(rng)
-            self.spans[node] = sp
-            self._starts.setdefault(sp.start, []).append(node)
+        tree = ast.parse(text)  # SyntaxError: no index (the caller gets None)
+        bounds: list[tuple[int, int]] = []
+        run: list[int] | None = None
+        for stmt in tree.body:
+            first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+            last = stmt.end_lineno or stmt.lineno
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if run is not None:
+                    bounds.append((run[0], run[1]))
+                    run = None
+                bounds.append((first, last))
+            elif run is None:
+                run = [first, last]
+            else:
+                run[1] = last
+        if run is not None:
+            bounds.append((run[0], run[1]))
+        self._bounds = bounds
+        self._regions: dict[int, _Region] = {}
+        self._owner: dict[cst.CSTNode, _Region] = {}
 
-    def _to_span(self, rng: CodeRange) -> Span:
-        s = self.lines.line_start(rng.start.line) + rng.start.column
-        e = self.lines.line_start(rng.end.line) + rng.end.column
-        return Span(s, e)
+    # -- regions ------------------------------------------------------------------------------
+    def _region_at(self, offset: int) -> _Region | None:
+        line = self.lines.line_of(offset)
+        for i, (first, last) in enumerate(self._bounds):
+            if first <= line <= last:
+                region = self._regions.get(i)
+                if region is None:
+                    start = self.lines.line_start(first)
+                    end = self.lines.line_end(last)
+                    region = _Region(self.text[start:end], start)
+                    self._regions[i] = region
+                    for node in region.spans:
+                        self._owner[node] = region
+                return region
+        return None
 
     def span(self, node: cst.CSTNode) -> Span:
-        return self.spans[node]
+        return self._owner[node].spans[node]
 
     def code(self, node: cst.CSTNode) -> str:
-        sp = self.spans[node]
+        sp = self.span(node)
         return self.text[sp.start : sp.end]
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(node)
+        region = self._owner.get(node)
+        return region.parents.get(node) if region is not None else None
 
     def _char_span(self, loc: Location) -> Span:
         s = self.lines.char_offset(loc.line, loc.column)
@@ -137,19 +182,25 @@ class PyIndex:
         end_line = loc.end_line if loc.end_line is not None else loc.line
         if self.lines.line_text(loc.line).isascii() and self.lines.line_text(end_line).isascii():
             return sp
-        exact = {(v.start, v.end) for v in self.spans.values() if v.end > v.start}
+        region = self._region_at(sp.start)
+        if region is None:
+            return sp
+        exact = {(v.start, v.end) for v in region.spans.values() if v.end > v.start}
         if (sp.start, sp.end) in exact:
             return sp
         alt = self._byte_span(loc)
-        if (alt.start, alt.end) in exact or (alt.start == alt.end and alt.start in self._starts):
+        if (alt.start, alt.end) in exact or (alt.start == alt.end and alt.start in region.starts):
             return alt
         return sp
 
     def smallest(self, span: Span, types: tuple[type[cst.CSTNode], ...]) -> cst.CSTNode | None:
         """Smallest node of one of ``types`` whose span contains ``span``."""
+        region = self._region_at(span.start)
+        if region is None:
+            return None
         best: cst.CSTNode | None = None
         best_len = -1
-        for node, sp in self.spans.items():
+        for node, sp in region.spans.items():
             if isinstance(node, types) and sp.start <= span.start and span.end <= sp.end:
                 ln = sp.end - sp.start
                 if best is None or ln < best_len:
@@ -173,7 +224,7 @@ def py_index(text: str) -> PyIndex | None:
     if idx is None:
         try:
             idx = PyIndex(text)
-        except (cst.ParserSyntaxError, RecursionError):
+        except (cst.ParserSyntaxError, SyntaxError, RecursionError, ValueError, MemoryError):
             return None
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.pop(next(iter(_CACHE)))

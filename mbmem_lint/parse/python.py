@@ -114,13 +114,13 @@ class _Lowerer:
         if isinstance(s, ast.With):
             return ["with", self.body(s.body), loc]
         if isinstance(s, ast.Try) or (hasattr(ast, "TryStar") and isinstance(s, getattr(ast, "TryStar"))):
-            t = s  # type: ignore[assignment]
+            t: Any = s
             return [
                 "try",
-                self.body(t.body),  # type: ignore[attr-defined]
-                [self.body(h.body) for h in t.handlers],  # type: ignore[attr-defined]
-                self.body(t.orelse),  # type: ignore[attr-defined]
-                self.body(t.finalbody),  # type: ignore[attr-defined]
+                self.body(t.body),
+                [self.body(h.body) for h in t.handlers],
+                self.body(t.orelse),
+                self.body(t.finalbody),
                 loc,
             ]
         if isinstance(s, ast.FunctionDef):
@@ -210,11 +210,11 @@ class _Lowerer:
             return ["ifx", self.expr(e.test), self.expr(e.body), self.expr(e.orelse)]
         if isinstance(e, ast.JoinedStr):
             parts: list[IR] = []
-            for v in e.values:
-                if isinstance(v, ast.Constant):
-                    parts.append(["c", v.value])
-                elif isinstance(v, ast.FormattedValue) and v.conversion == -1 and v.format_spec is None:
-                    parts.append(self.expr(v.value))
+            for part in e.values:
+                if isinstance(part, ast.Constant):
+                    parts.append(["c", part.value])
+                elif isinstance(part, ast.FormattedValue) and part.conversion == -1 and part.format_spec is None:
+                    parts.append(self.expr(part.value))
                 else:
                     parts.append(["u", "formatted value"])
             return ["fstr", parts]

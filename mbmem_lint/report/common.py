@@ -43,7 +43,8 @@ class Summary:
 
 
 def is_fixable(d: Diagnostic) -> bool:
-    return d.fix is not None and d.fix.applicability != "display-only" and bool(d.fix.edits)
+    # Does not force lazily-built edits: the count is of fixes offered, computed when applied.
+    return d.fix is not None and d.fix.applicability != "display-only"
 
 
 def summarize(diagnostics: Iterable[Diagnostic]) -> Summary:

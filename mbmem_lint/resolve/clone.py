@@ -22,6 +22,7 @@ def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = 
     if isinstance(value, Obj):
         o = Obj(value.cls, value.schema, _prov(value.created, remap))
         o.open = value.open
+        o.havoc = value.havoc
         memo[key] = o
         o.slots = {k: _clone_slot(s, memo, remap) for k, s in value.slots.items()}
         o.invalid = {k: _clone_slot(s, memo, remap) for k, s in value.invalid.items()}

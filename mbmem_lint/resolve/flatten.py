@@ -177,7 +177,7 @@ def _default_value(d: dict[str, Any], name: str) -> Any:
 def _default_field(obj: Obj, name: str) -> ResolvedField | None:
     if obj.schema is None or name not in obj.schema.fields:
         return None
-    value = _default_value(obj.schema.fields[name].default, name)
+    value = obj.havoc if obj.havoc is not None else _default_value(obj.schema.fields[name].default, name)
     p = obj.created
     return ResolvedField(value, "default", p.loc, p.anchor, value.reason if isinstance(value, Unknown) else "")
 

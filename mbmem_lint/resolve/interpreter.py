@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import operator
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from mbmem_lint.resolve.values import (
     Prov,
     Slot,
     WriteRec,
+    is_known_external,
 )
 
 if TYPE_CHECKING:
@@ -148,10 +150,9 @@ class Interpreter:
         for f in reversed(self.stack):
             if not f.module.is_library:
                 return loc_of(f.module, f.cur)
-        f = self.stack[-1] if self.stack else None
-        if f is None:
+        if not self.stack:
             return Location("<unknown>", 1, 1)
-        return loc_of(f.module, f.cur)
+        return loc_of(self.stack[-1].module, self.stack[-1].cur)
 
     def in_may(self) -> bool:
         return self.may_total > 0
@@ -231,6 +232,8 @@ class Interpreter:
         found, value = self.default_value(obj, name)
         if not found:
             return None
+        if obj.havoc is not None and not isinstance(value, (Obj, DictVal)):
+            value = obj.havoc
         p = obj.created
         slot = Slot(value, Prov(p.loc, p.anchor, "default", p.seq, p.stmt, None, p.function))
         if isinstance(value, (Obj, DictVal, list)):
@@ -248,6 +251,14 @@ class Interpreter:
         return BoundMethod(obj, name)
 
     def set_attr(self, obj: Obj, name: str, value: Any, prov: Prov) -> None:
+        partner = _MP_SYNCED.get(name) if obj.cls.endswith(".MixedPrecisionConfig") else None
+        if partner is not None:
+            # MixedPrecisionConfig.__setattr__ keeps fp8_param/fp8_param_gather (and fp4_*) equal
+            # (training/mixed_precision.py:76).
+            self._set_attr(obj, partner, value, prov)
+        self._set_attr(obj, name, value, prov)
+
+    def _set_attr(self, obj: Obj, name: str, value: Any, prov: Prov) -> None:
         if isinstance(value, dict):
             value = self.to_dictval(value, prov)
         valid = (
@@ -440,8 +451,12 @@ class Interpreter:
                 sub = f"{target}.{name}" if target else name
                 if self.project.module_exists(sub):
                     value = ModuleRef(sub)
+                elif level == 0 and is_known_external(module_name):
+                    value = Ext(f"{module_name}.{name}")
                 else:
-                    value = Ext(f"{target or module_name}.{name}")
+                    # A module of the user's project that is not among the linted files.
+                    value = Unknown(f"{name} comes from {'.' * level}{module_name}, which is not among the "
+                                    "linted files")
             self.bind(asname or name, value)
 
     # ------------------------------------------------------------------ names
@@ -827,6 +842,7 @@ class Interpreter:
         if isinstance(func, HFModel):
             return Unknown("call of a model handle")
         if isinstance(func, Unknown):
+            self.havoc_args(args, kwargs, f"passed to a function that is not analysed ({func.reason})")
             return Unknown(f"result of calling an unknown function ({func.reason})")
         if isinstance(func, LocalClass):
             return Unknown(f"instance of {func.qualname}")
@@ -936,9 +952,39 @@ class Interpreter:
         mod_fn = _MODULE_FUNCS.get(q)
         if mod_fn is not None:
             return mod_fn(self, args, {k: v for k, v, _ in kwargs})
-        if short in ("warn", "warning", "info", "debug", "error", "print"):
-            return None
+        if short in ("warn", "warning", "info", "debug", "error", "print") or q.startswith(_HARMLESS_PREFIXES):
+            return None if short in ("warn", "warning", "info", "debug", "error", "print") else Unknown(f"{q}()")
+        if not q.endswith(_CONSUMERS):
+            self.havoc_args(args, kwargs, f"passed to {q}(), which is not analysed")
         return Unknown(f"result of {q}()")
+
+    def havoc_args(self, args: list[Any], kwargs: list[tuple[str, Any, Prov]], why: str) -> None:
+        """A config object handed to code we cannot see may be changed by it: whatever it held
+        becomes unknown (later assignments are known again). No false certainty."""
+        targets = [a for a in args if isinstance(a, (Obj, DictVal))]
+        targets += [v for _, v, _ in kwargs if isinstance(v, (Obj, DictVal))]
+        if not targets:
+            return
+        self.note(f"config object {why}: its values are unknown after the call")
+        seen: set[int] = set()
+        for t in targets:
+            self._havoc(t, Unknown(why), seen, 0)
+
+    def _havoc(self, value: Any, unknown: Unknown, seen: set[int], depth: int) -> None:
+        if id(value) in seen or depth > 8:
+            return
+        seen.add(id(value))
+        if isinstance(value, Obj):
+            value.havoc = unknown
+            for table in (value.slots, value.invalid):
+                for slot in table.values():
+                    if isinstance(slot.value, (Obj, DictVal)):
+                        self._havoc(slot.value, unknown, seen, depth + 1)
+                    else:
+                        slot.value = unknown
+        elif isinstance(value, DictVal):
+            for slot in value.slots.values():
+                slot.value = unknown
 
     def call_method(self, m: BoundMethod, args: list[Any], kwargs: list[tuple[str, Any, Prov]],
                     call_loc: list[int]) -> Any:
@@ -1075,6 +1121,16 @@ _CMP: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
     ">=": operator.ge,
 }
+
+_MP_SYNCED = {"fp8_param": "fp8_param_gather", "fp8_param_gather": "fp8_param",
+              "fp4_param": "fp4_param_gather", "fp4_param_gather": "fp4_param"}
+
+# Bridge entry points that take the finished config (their runtime rewrites are modelled in runtime.py).
+_CONSUMERS = (".pretrain", ".finetune", ".distill")
+
+# Calls into these never change a config object handed to them.
+_HARMLESS_PREFIXES = ("logging.", "warnings.", "builtins.", "math.", "os.path.", "typing.", "json.", "re.",
+                      "dataclasses.fields", "dataclasses.asdict", "pprint.")
 
 _SYMBOL_ALIASES = {
     "torch.float": "torch.float32", "torch.half": "torch.float16", "torch.double": "torch.float64",
@@ -1282,7 +1338,7 @@ def _b_zip(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> Any:
     seqs = [interp.iterate(a) for a in args]
     if any(s is None for s in seqs):
         return Unknown("zip() of unknown values")
-    return [tuple(t) for t in zip(*seqs)]  # type: ignore[arg-type]
+    return [tuple(t) for t in zip(*seqs)]
 
 
 def _b_enumerate(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> Any:

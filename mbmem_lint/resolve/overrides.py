@@ -22,10 +22,28 @@ _INTERP_RE = re.compile(r"\$\{([^}]+)\}")
 
 
 def apply_overrides(interp: Interpreter, root: Obj, files: list[OverrideFile]) -> None:
+    # OmegaConf resolves ${...} after merging every file and the dotlist
+    # (training/utils/omegaconf_utils.py:157, to_container(resolve=True)): plain values first.
+    deferred: list[tuple[OverrideEntry, str]] = []
     for f in files:
         origin = "cli" if f.path == "<--set>" else "yaml"
         for entry in f.entries:
-            _apply_entry(interp, root, entry, origin)
+            if _has_interpolation(entry.value):
+                deferred.append((entry, origin))
+            else:
+                _apply_entry(interp, root, entry, origin)
+    for entry, origin in deferred:
+        _apply_entry(interp, root, entry, origin)
+
+
+def _has_interpolation(value: Any) -> bool:
+    if isinstance(value, Interpolation):
+        return True
+    if isinstance(value, dict):
+        return any(_has_interpolation(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_interpolation(v) for v in value)
+    return False
 
 
 def _lookup(interp: Interpreter, root: Obj, path: str) -> Any:

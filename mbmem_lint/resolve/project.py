@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from mbmem_lint.resolve.library import LibrarySummary
 from mbmem_lint.resolve.resolved import Unknown
-from mbmem_lint.resolve.values import DictVal, Ext, Func, HFModel, LocalClass, ModuleRef, Obj, Prov
+from mbmem_lint.resolve.values import (
+    DictVal,
+    Ext,
+    Func,
+    HFModel,
+    LocalClass,
+    ModuleRef,
+    Obj,
+    Prov,
+    is_known_external,
+)
 
 if TYPE_CHECKING:
     from mbmem_lint.resolve.hf_models import ModelEntry
@@ -38,11 +48,13 @@ SHAPE_FIELDS = (
 
 
 class ModuleEnv:
-    def __init__(self, name: str, display_path: str, body: list[Any], *, is_library: bool,
-                 is_package: bool, file_path: Path | None = None) -> None:
+    def __init__(self, name: str, display_path: str, body: list[Any] | None, *, is_library: bool,
+                 is_package: bool, file_path: Path | None = None,
+                 loader: Callable[[], list[Any]] | None = None) -> None:
         self.name = name
         self.display_path = display_path
-        self.body = body
+        self._body = body
+        self._loader = loader  # lowers the file on first use: most linted files are never imported
         self.is_library = is_library
         self.is_package = is_package
         self.file_path = file_path
@@ -50,6 +62,12 @@ class ModuleEnv:
         self.state = "new"  # new → loading → done
         self.loc_cache: dict[int, Any] = {}
         self.toplevel_assigned: set[str] = set()
+
+    @property
+    def body(self) -> list[Any]:
+        if self._body is None:
+            self._body = self._loader() if self._loader is not None else []
+        return self._body
 
     @property
     def package(self) -> str:
@@ -81,9 +99,11 @@ class Project:
         self.call_cache: dict[tuple[Any, ...], Any] = {}
 
     # ------------------------------------------------------------------ modules
-    def add_user_module(self, path: Path, display_path: str, body: list[Any]) -> ModuleEnv:
+    def add_user_module(self, path: Path, display_path: str, body: list[Any] | None,
+                        loader: Callable[[], list[Any]] | None = None) -> ModuleEnv:
         name, is_package = module_name_for(path)
-        env = ModuleEnv(name, display_path, body, is_library=False, is_package=is_package, file_path=path)
+        env = ModuleEnv(name, display_path, body, is_library=False, is_package=is_package, file_path=path,
+                        loader=loader)
         self.user[name] = env
         parts = name.split(".")
         for i in range(len(parts)):
@@ -192,7 +212,9 @@ class Project:
         key = self._find_user(name, importer)
         if key is not None or self.library.has_module(name):
             return ModuleRef(key or name)
-        return Ext(name)
+        if is_known_external(name):
+            return Ext(name)
+        return Unknown(f"module {name} is not among the linted files")
 
     # ------------------------------------------------------------------ schema
     def schema_class(self, qualname: str) -> ClassSchema | None:

@@ -15,6 +15,7 @@ from mbmem_lint.parse.yaml_overrides import OverrideFile
 from mbmem_lint.resolve import interpreter as interp_mod
 from mbmem_lint.resolve.clone import clone
 from mbmem_lint.resolve.flatten import flatten
+from mbmem_lint.resolve.cache import IRCache
 from mbmem_lint.resolve.interpreter import BudgetExceeded, Interpreter, loc_of
 from mbmem_lint.resolve.overrides import apply_overrides
 from mbmem_lint.resolve.project import ModuleEnv, Project
@@ -76,19 +77,39 @@ class Resolver:
         self.project = project if project is not None else load_default_project(settings)
         self.result = ResolveResult()
         self._modules: dict[str, ModuleEnv] = {}  # display path → env
+        self.ir_cache: IRCache | None = IRCache.for_settings(settings) if settings.cache else None
 
     # ------------------------------------------------------------------ inputs
-    def add_python(self, src: SourceFile) -> ModuleEnv | None:
-        try:
-            body = lower_module(src.text, src.path)
-        except PythonParseError as exc:
-            self.result.diagnostics.append(tool_diagnostic(
-                "MBM002", "parse-error", "error", f"cannot parse {src.path}: {exc.message}",
-                Location(src.path, exc.line, max(1, exc.column))))
+    def add_python(self, src: SourceFile, *, own: bool = True) -> ModuleEnv | None:
+        """Register a linted file. ``own`` files are lowered now (their parse errors are reported);
+        others (a parallel worker's share of the tree) are lowered only if something imports them."""
+        if not own:
+            env = self.project.add_user_module(Path(src.path), src.path, None,
+                                               loader=lambda: self._lower(src, report=False) or [])
+            self._modules[src.path] = env
+            return env
+        body = self._lower(src, report=True)
+        if body is None:
             return None
         env = self.project.add_user_module(Path(src.path), src.path, body)
         self._modules[src.path] = env
         return env
+
+    def _lower(self, src: SourceFile, *, report: bool) -> list[Any] | None:
+        cached = self.ir_cache.get(src.text) if self.ir_cache is not None else None
+        if cached is not None:
+            return cached
+        try:
+            body = lower_module(src.text, src.path)
+        except PythonParseError as exc:
+            if report:
+                self.result.diagnostics.append(tool_diagnostic(
+                    "MBM002", "parse-error", "error", f"cannot parse {src.path}: {exc.message}",
+                    Location(src.path, exc.line, max(1, exc.column))))
+            return None
+        if self.ir_cache is not None:
+            self.ir_cache.put(src.text, body)
+        return body
 
     def _env_for_file(self, path: str) -> ModuleEnv | None:
         if path in self._modules:
@@ -140,8 +161,16 @@ class Resolver:
         return None
 
     # ------------------------------------------------------------------ evaluation
-    def resolve_all(self, python: list[SourceFile], overrides: list[OverrideFile]) -> ResolveResult:
-        envs = [e for e in (self.add_python(s) for s in python) if e is not None]
+    def resolve_all(self, python: list[SourceFile], overrides: list[OverrideFile],
+                    own: set[str] | None = None) -> ResolveResult:
+        """Resolve the recipes of ``python`` files (only those in ``own`` when given: the other
+        files are still importable) and of the recipes paired with ``overrides``."""
+        envs = []
+        for src in python:
+            is_own = own is None or src.path in own
+            env = self.add_python(src, own=is_own)
+            if env is not None and is_own:
+                envs.append(env)
         paired = self.pair_overrides(overrides)
         for env in envs:
             interp = self._interpreter()
@@ -164,14 +193,15 @@ class Resolver:
                 self.result.functions_seen += 1
                 self._resolve_candidate(cand, [])
         for (path, function), files in paired.items():
-            env = self._env_for_file(path)
-            if env is None:
+            paired_env = self._env_for_file(path)
+            if paired_env is None:
                 for f in files:
                     self.result.diagnostics.append(tool_diagnostic(
                         "MBM007", "unpaired-override", "warning",
                         f"recipe file {path!r} named for this override file was not found; "
                         "its values are checked on their own", Location(f.path, 1, 1)))
                 continue
+            env = paired_env
             interp = self._interpreter()
             try:
                 self.project.load_module(env.name, interp)

@@ -129,6 +129,7 @@ class RuntimeRewriter:
         self.model_finalize()
         self.distributed_optimizer_sync()
         self.tokenizer_vocab()
+        self.deprecated_eval_fields()
 
     def runner_env(self) -> None:
         if self.get("ddp.nccl_ub") is not True:
@@ -210,14 +211,10 @@ class RuntimeRewriter:
         vp = self.get("model.virtual_pipeline_model_parallel_size")
         vp_size = 1 if vp is None else vp
         if user.get("tp_comm_overlap") is True:
-            if _is_int(tp) and tp < 2:
+            # Bridge turns it off on its private copy of the user settings (comm_overlap.py:444):
+            # cfg.comm_overlap keeps True, the model gets False.
+            if (_is_int(tp) and tp < 2) or sp is False:
                 user["tp_comm_overlap"] = False
-                self.set("comm_overlap.tp_comm_overlap", False, f"{why}: TP overlap disabled at TP < 2",
-                         ["comm_overlap.tp_comm_overlap", "model.tensor_model_parallel_size"])
-            elif sp is False:
-                user["tp_comm_overlap"] = False
-                self.set("comm_overlap.tp_comm_overlap", False, f"{why}: TP overlap disabled without SP",
-                         ["comm_overlap.tp_comm_overlap", "model.sequence_parallel"])
         model: dict[str, Any] = {
             "tp_comm_overlap": False, "tp_comm_overlap_cfg": None, "defer_embedding_wgrad_compute": False,
             "wgrad_deferral_limit": -1, "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
@@ -312,6 +309,18 @@ class RuntimeRewriter:
                     self.set(f"{s}.{field}", Unknown(f"depends on the unknown {field} of the other section"),
                              "distributed-optimizer OR-sync with an unknown side", [f"{s}.{field}"])
 
+    def deprecated_eval_fields(self) -> None:
+        """``train.eval_iters/eval_interval/skip_train`` are copied to ``validation`` when set
+        (training/config.py:1517)."""
+        if self.obj("train") is None or self.obj("validation") is None:
+            return
+        for name in ("eval_iters", "eval_interval", "skip_train"):
+            v = self.get(f"train.{name}")
+            if v is None or isinstance(v, Unknown) or not self.has_field("validation", name):
+                continue
+            self.set(f"validation.{name}", v, f"validate() copies the deprecated train.{name} to validation "
+                     "(training/config.py:1517)", [f"train.{name}"])
+
     def tokenizer_vocab(self) -> None:
         if self.obj("tokenizer") is None or self.obj("model") is None:
             return
@@ -326,12 +335,15 @@ class RuntimeRewriter:
                          f"{reason}: the NullTokenizer's vocab_size replaces the model's", ["tokenizer.vocab_size"])
                 self.set("model.should_pad_vocab", True, f"{reason}: tokenizer vocab is padded",
                          ["tokenizer.vocab_size"])
-            elif use_tok is True:
-                self.set("model.vocab_size", Unknown("the Hugging Face tokenizer's vocabulary size replaces the model's"),
-                         f"{reason}: the tokenizer's vocabulary replaces the model's",
-                         ["tokenizer.use_tokenizer_vocab_size"])
+            else:
+                why = "the tokenizer's vocabulary size (known only when the tokenizer loads) replaces the model's"
+                self.set("model.vocab_size", Unknown(why), f"{reason}: {why}",
+                         ["tokenizer.use_tokenizer_vocab_size"] if use_tok is True else ["model.vocab_size"])
                 self.set("model.should_pad_vocab", True, f"{reason}: tokenizer vocab is padded",
-                         ["tokenizer.use_tokenizer_vocab_size"])
+                         ["tokenizer.use_tokenizer_vocab_size"] if use_tok is True else ["model.vocab_size"])
+        elif _is_int(model_vocab) and self.get("model.should_pad_vocab") is not False:
+            self.set("model.should_pad_vocab", False, f"{reason}: an explicit model vocab_size is not padded",
+                     ["model.vocab_size"])
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -6,6 +6,7 @@ themselves. Everything else is one of the classes below, or :class:`Unknown`.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,10 +68,11 @@ class Slot:
 class Obj:
     """An instance of a config dataclass (or of an unknown class, ``schema`` None)."""
 
-    __slots__ = ("cls", "schema", "slots", "invalid", "created", "open")
+    __slots__ = ("cls", "schema", "slots", "invalid", "created", "open", "havoc")
 
     def __init__(self, cls: str, schema: ClassSchema | None, created: Prov) -> None:
         self.open = False  # accept any model-provider field (real provider class is family-specific)
+        self.havoc: Unknown | None = None  # set when unseen code may have changed it: defaults unknown
         self.cls = cls
         self.schema = schema
         self.slots: dict[str, Slot] = {}
@@ -134,3 +136,15 @@ class HFModel:
 
 def is_unknown(v: Any) -> bool:
     return isinstance(v, Unknown)
+
+
+_KNOWN_EXTERNAL_ROOTS = frozenset({
+    "megatron", "torch", "transformers", "nemo", "nemo_run", "modelopt", "transformer_engine", "omegaconf",
+    "hydra", "huggingface_hub", "numpy", "typing_extensions",
+}) | frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def is_known_external(module: str) -> bool:
+    """Packages whose names stand for themselves (Bridge classes, torch dtypes, stdlib); any other
+    unresolvable import is the user's own code that was not linted, so its names are unknown."""
+    return module.split(".", 1)[0] in _KNOWN_EXTERNAL_ROOTS

@@ -1,0 +1,58 @@
+"""Optional on-disk cache of lowered Python files (``cache = true`` in ``[tool.mbmem-lint]``).
+
+Keyed by the file's content, the tool version and the IR format, so it is never stale; safe to
+delete. Entries are JSON (data only: nothing in the cache is ever executed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mbmem_lint import __version__
+from mbmem_lint.settings import Settings
+
+IR_FORMAT = 1
+
+
+class IRCache:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> IRCache:
+        env = os.environ.get("MBMEM_LINT_CACHE_DIR")
+        base = Path(env) if env else (settings.root or Path.cwd()) / ".cache" / "mbmem-lint"
+        return cls(base / f"ir-v{IR_FORMAT}")
+
+    @staticmethod
+    def key(text: str) -> str:
+        h = hashlib.sha256()
+        h.update(f"mbmem-lint {__version__} ir {IR_FORMAT}\0".encode())
+        h.update(text.encode("utf-8", "surrogatepass"))
+        return h.hexdigest()
+
+    def get(self, text: str) -> list[Any] | None:
+        key = self.key(text)
+        path = self.folder / key[:2] / f"{key}.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, list) else None
+
+    def put(self, text: str, body: list[Any]) -> None:
+        key = self.key(text)
+        folder = self.folder / key[:2]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(body, fh, separators=(",", ":"))
+            os.replace(tmp, folder / f"{key}.json")
+        except OSError:
+            pass  # a cache that cannot be written is just a slower run
