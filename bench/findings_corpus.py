@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     by_code = collections.Counter(d.code for d in diags)
     sev = {r.code: r.severity for r in all_rules()}
     names = {r.code: r.name for r in all_rules()}
-    print(f"{len(files)} files, {len(run.recipes)} recipes resolved, {len(run.failed)} failed, {len(diags)} findings in {dt:.1f}s")
+    print(f"{len(files)} files, {run.functions_seen} functions seen, {len(run.failed)} failed to resolve, "
+          f"{len(diags)} findings in {dt:.1f}s")
     crashes = [d for d in diags if d.code == "MBM001"]
     print(f"rule crashes (MBM001): {len(crashes)}")
     for d in crashes[:20]:

@@ -16,7 +16,6 @@ from collections import Counter
 
 from mbmem_lint.dev.corpus import ensure_corpus, recipe_files
 from mbmem_lint.pipeline import resolve_paths
-from mbmem_lint.resolve.resolved import is_known
 from mbmem_lint.resolve.resolver import ResolveOptions
 from mbmem_lint.settings import Settings
 

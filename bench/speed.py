@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                                n, {0, 1}, warmup=True)
 
         if not args.inherit_env and info["PYTHONDONTWRITEBYTECODE"]:
-            nopyc = dict(os.environ, PYTHONPYCACHEPREFIX=str(work / "no-pycache"))
+            nopyc = dict(os.environ)  # as this shell has it: mbmem_lint recompiled, stdlib .pyc used
             cases["one_perf_nopyc"] = bench(Case("one_perf_nopyc", "same, PYTHONDONTWRITEBYTECODE=1 (no .pyc)",
                                                  cases["one_perf"].cmd, str(work)), n, {0, 1}, env=nopyc)
 

@@ -48,6 +48,14 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 
+def safe_resolve(path: str | Path) -> Path:
+    """``Path.resolve()`` that survives symlink loops and unreadable folders (absolute path instead)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
 class SettingsError(ValueError):
     """Invalid ``[tool.mbmem-lint]`` content; reported with exit code 2."""
 
@@ -80,10 +88,10 @@ class Settings:
 
     def relative(self, path: str | Path) -> str:
         """``path`` relative to the settings root, with forward slashes (for glob matching)."""
-        p = Path(path).resolve()
+        p = safe_resolve(path)
         if self.root is not None:
             try:
-                return p.relative_to(self.root.resolve()).as_posix()
+                return p.relative_to(safe_resolve(self.root)).as_posix()
             except ValueError:
                 pass
         return Path(path).as_posix()
@@ -119,7 +127,7 @@ def path_matches(rel_path: str, pattern: str) -> bool:
 
 
 def find_pyproject(start: Path) -> Path | None:
-    start = start.resolve()
+    start = safe_resolve(start)
     folder = start if start.is_dir() else start.parent
     for candidate in (folder, *folder.parents):
         p = candidate / "pyproject.toml"

@@ -450,13 +450,66 @@ MBM108 = Rule(
 )
 
 
+GIB = 1 << 30
+SP_WARN_FRACTION = 0.05  # warning when SP would free at least this share of the GPU's usable memory
+SP_WARN_BYTES = 4 * GIB  # ... or, with no known GPU, at least this much per rank
+
+
+def sp_replicated_bytes(ctx: RuleContext, tp: int) -> int | None:
+    """Per-rank activation bytes that sequence parallelism would shard, on the first pipeline stage.
+
+    Korthikanti et al. 2022 (Megatron-LM SP paper), per layer and micro-batch, in bytes: without SP
+    ``sbh(10 + 24/t + 5as/(ht))``, with SP ``sbh(34/t + 5as/(ht))``: SP saves ``10·s·b·h·(1 - 1/t)``
+    (the LayerNorm inputs, dropout outputs and masks). Full recompute keeps only the layer input
+    (``2·s·b·h``, also sharded by SP). Times the layers of a stage and the micro-batches in flight on
+    the first 1F1B stage (``min(PP, number of micro-batches)``). ``s`` is the per-CP-rank length."""
+    s, b, h, layers = (ctx.as_int("model.seq_length"), ctx.as_int("train.micro_batch_size"),
+                       ctx.as_int("model.hidden_size"), ctx.as_int("model.num_layers"))
+    pp, cp = ctx.pp(), ctx.cp()
+    if not (s and b and h and layers and pp and cp):
+        return None
+    per_layer = (2 if ctx.value_is("model.recompute_granularity", "full") else 10) * (s // cp) * b * h * (1 - 1 / tp)
+    in_flight = pp
+    gbs, dp = ctx.as_int("train.global_batch_size"), ctx.dp()
+    if gbs and dp and gbs % (b * dp) == 0:
+        in_flight = max(1, min(pp, gbs // (b * dp)))
+    return int(per_layer * -(-layers // pp) * in_flight)
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
 def _tp_without_sp(ctx: RuleContext) -> Iterator[Finding]:
     tp = ctx.tp()
-    if tp is not None and tp > 1 and ctx.is_off(SP):
-        yield Finding(
-            f"tensor_model_parallel_size={tp} without sequence_parallel: LayerNorm/dropout activations are "
-            f"replicated on all {tp} TP ranks",
-            [SP, TP], fix=fix_set(ctx, SP, "True", "enable sequence_parallel", "unsafe"))
+    if tp is None or tp <= 1 or not ctx.is_off(SP):
+        return
+    ep = ctx.ep()
+    saved = sp_replicated_bytes(ctx, tp)
+    usable = None
+    if ctx.r.target.gpu:
+        try:
+            from mbmem_lint.estimate.gpus import resolve_gpu
+
+            usable = resolve_gpu(ctx.r.target.gpu).usable_bytes
+        except Exception:  # unknown GPU: fall back to the absolute threshold
+            usable = None
+    material = saved is not None and saved >= (SP_WARN_FRACTION * usable if usable else SP_WARN_BYTES)
+    cost = f" (about {_gib(saved)} per rank on the first pipeline stage)" if saved is not None else ""
+    if ep and ep > 1:
+        msg = (f"tensor_model_parallel_size={tp} with expert parallelism but without sequence_parallel: MCore warns "
+               f"'sequence parallelism must be used'; LayerNorm/dropout activations are replicated on all {tp} TP ranks{cost}")
+        severity = None
+    elif material:
+        msg = (f"tensor_model_parallel_size={tp} without sequence_parallel: LayerNorm/dropout activations are "
+               f"replicated on all {tp} TP ranks{cost}")
+        severity = None
+    else:
+        msg = (f"tensor_model_parallel_size={tp} without sequence_parallel: sequence parallelism would shard the "
+               f"LayerNorm/dropout activations{cost or ''}; small at this size")
+        severity = "info"
+    yield Finding(msg, [SP, TP], severity=severity,  # type: ignore[arg-type]
+                  fix=fix_set(ctx, SP, "True", "enable sequence_parallel", "unsafe", saving_bytes=saved))
 
 
 MBM109 = Rule(
@@ -468,12 +521,17 @@ MBM109 = Rule(
     rationale=(
         "Without SP every TP rank stores the full-sequence LayerNorm and dropout activations; SP shards "
         "them for the same communication volume (all-gather/reduce-scatter instead of all-reduce). MCore "
-        "warns only when EP>1."
+        "warns only when EP>1. The message quantifies the cost (10·s·b·h·(1-1/TP) bytes per layer and "
+        "in-flight micro-batch, Korthikanti et al. 2022). Warning when EP>1 (MCore's own warning) or when "
+        "the replicated activations are at least 5% of the GPU's usable memory (4 GiB when the GPU is "
+        "unknown); below that it is an info note: short sequences or small models lose little, and Bridge's "
+        "small SFT/PEFT recipes use TP without SP on purpose."
     ),
     sources=(SourceRef("megatron/core/model_parallel_config.py:559-565", "warning", "sequence parallelism must be used with EP and TP"),),
     check=_tp_without_sp,
     valid=(Example(py("cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True", gpus=8)),),
-    invalid=(Example(py("cfg.model.tensor_model_parallel_size = 2  # <-", gpus=8)),),
+    invalid=(Example(py("cfg.model.context_parallel_size = 1\ncfg.model.tensor_model_parallel_size = 2  # <-", gpus=8),
+                     note="seq 8192, h 4096, 32 layers: 10·8192·4096·½·32 B = 5 GiB, 6% of an H100"),),
     fix_applicability="unsafe",
     fix_description="Enable sequence_parallel (changes the communication pattern).",
     references=("rules-from-source §2.B, §5 rule 8",),

@@ -9,8 +9,6 @@ import functools
 import os
 from pathlib import Path
 
-import pytest
-
 from mbmem_lint.pipeline import resolve_paths
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions

@@ -113,7 +113,7 @@ class _Lowerer:
             return ["while", self.expr(s.test), self.body(s.body), self.body(s.orelse), loc]
         if isinstance(s, ast.With):
             return ["with", self.body(s.body), loc]
-        if isinstance(s, ast.Try) or (hasattr(ast, "TryStar") and isinstance(s, getattr(ast, "TryStar"))):
+        if isinstance(s, ast.Try) or (hasattr(ast, "TryStar") and isinstance(s, ast.TryStar)):
             t: Any = s
             return [
                 "try",

@@ -9,6 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic
+from mbmem_lint.settings import safe_resolve
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def repo_path(path: str, root: str | Path | None = None) -> str:
     if p.is_absolute():
         base = Path(root) if root is not None else Path(os.getcwd())
         try:
-            return p.resolve().relative_to(base.resolve()).as_posix()
+            return safe_resolve(p).relative_to(safe_resolve(base)).as_posix()
         except ValueError:
             return p.as_posix()
     posix = PurePosixPath(path.replace("\\", "/")).as_posix()

@@ -7,7 +7,17 @@ from typing import Any
 
 from mbmem_lint.diagnostics import Location
 from mbmem_lint.resolve.resolved import ResolvedField, Unknown, Write
-from mbmem_lint.resolve.values import BoundMethod, DictVal, Ext, Func, HFModel, LocalClass, ModuleRef, Obj, Prov
+from mbmem_lint.resolve.values import (
+    BoundMethod,
+    DictVal,
+    Ext,
+    Func,
+    HFModel,
+    LocalClass,
+    ModuleRef,
+    Obj,
+    Prov,
+)
 
 MAX_DEPTH = 6
 

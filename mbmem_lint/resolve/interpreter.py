@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 import operator
 import time
 from collections.abc import Callable

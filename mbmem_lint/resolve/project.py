@@ -26,6 +26,7 @@ from mbmem_lint.resolve.values import (
     Prov,
     is_known_external,
 )
+from mbmem_lint.settings import safe_resolve
 
 if TYPE_CHECKING:
     from mbmem_lint.resolve.hf_models import ModelEntry
@@ -76,7 +77,7 @@ class ModuleEnv:
 
 def module_name_for(path: Path) -> tuple[str, bool]:
     """Dotted name of a linted file from its absolute path, and whether it is a package."""
-    p = path.resolve()
+    p = safe_resolve(path)
     parts = [x for x in p.with_suffix("").parts if x not in ("/", "")]
     parts = [x.replace(":", "_") for x in parts]
     is_package = parts[-1] == "__init__"

@@ -13,9 +13,9 @@ from mbmem_lint.diagnostics import Diagnostic, Location
 from mbmem_lint.parse.python import PythonParseError, lower_module
 from mbmem_lint.parse.yaml_overrides import OverrideFile
 from mbmem_lint.resolve import interpreter as interp_mod
+from mbmem_lint.resolve.cache import IRCache
 from mbmem_lint.resolve.clone import clone
 from mbmem_lint.resolve.flatten import flatten
-from mbmem_lint.resolve.cache import IRCache
 from mbmem_lint.resolve.interpreter import BudgetExceeded, Interpreter, loc_of
 from mbmem_lint.resolve.overrides import apply_overrides
 from mbmem_lint.resolve.project import ModuleEnv, Project
@@ -23,7 +23,7 @@ from mbmem_lint.resolve.resolved import ResolvedRecipe, Unknown
 from mbmem_lint.resolve.runtime import RuntimeRewriter
 from mbmem_lint.resolve.target import resolve_target
 from mbmem_lint.resolve.values import Func, Obj
-from mbmem_lint.settings import Settings
+from mbmem_lint.settings import Settings, safe_resolve
 from mbmem_lint.sources import SourceFile
 
 CONFIG_CONTAINER_SUFFIX = ".ConfigContainer"
@@ -116,7 +116,7 @@ class Resolver:
             return self._modules[path]
         p = Path(path)
         for display, env in self._modules.items():
-            if Path(display).resolve() == p.resolve():
+            if safe_resolve(display) == safe_resolve(p):
                 return env
         if not p.is_file():
             return None
@@ -365,7 +365,7 @@ class Resolver:
     def _display(self, p: Path) -> str:
         for display in self._modules:
             try:
-                if Path(display).resolve() == p.resolve():
+                if safe_resolve(display) == safe_resolve(p):
                     return display
             except OSError:
                 continue
@@ -387,9 +387,7 @@ def _returns_value(body: list[Any]) -> bool:
         if s[0] == "if":
             stack.extend(s[2])
             stack.extend(s[3])
-        elif s[0] in ("with",):
-            stack.extend(s[1])
-        elif s[0] == "try":
+        elif s[0] in ("with",) or s[0] == "try":
             stack.extend(s[1])
     return False
 
