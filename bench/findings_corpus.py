@@ -50,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     for d in crashes[:20]:
         print("   ", d.message)
     print()
-    print(f"{'code':<8} {'severity':<8} {'count':>6}  name")
+    by_sev = collections.Counter((d.code, d.severity) for d in diags)
+    print(f"{'code':<8} {'default':<8} {'count':>6}  {'error':>5} {'warn':>5} {'info':>5}  name")
     for code, n in sorted(by_code.items()):
-        print(f"{code:<8} {sev.get(code, '-'):<8} {n:>6}  {names.get(code, '')}")
+        e, w, i = (by_sev[(code, s)] for s in ("error", "warning", "info"))
+        print(f"{code:<8} {sev.get(code, '-'):<8} {n:>6}  {e:>5} {w:>5} {i:>5}  {names.get(code, '')}")
     show = {c.strip() for c in args.show.split(",") if c.strip()}
     if args.errors or show:
         print()

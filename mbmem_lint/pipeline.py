@@ -88,6 +88,8 @@ def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
     from mbmem_lint.check.engine import run_checks
 
     found = discover(paths, settings)
+    if settings.cache and not need_edits:
+        return _run_check_cached(found, settings, options)
     jobs = _jobs(len(found.python))
     if jobs > 1:
         return _run_check_parallel(found, settings, options, jobs, need_edits)
@@ -98,8 +100,60 @@ def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
     return run
 
 
+def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOptions) -> CheckRun:
+    """Check with the results cache: files whose findings (and dependencies) are cached are not
+    resolved again; the others are, with every file still importable."""
+    from mbmem_lint.check.engine import run_checks
+    from mbmem_lint.results_cache import ResultsCache
+    from mbmem_lint.settings import safe_resolve
+
+    cache = ResultsCache.for_run(settings, options)
+    texts = {str(safe_resolve(s.path)): s.text for s in found.python}
+    cached: list[Diagnostic] = []
+    stale: set[str] = set()
+    for src in found.python:
+        hit = cache.lookup(src.path, texts)
+        if hit is None:
+            stale.add(src.path)
+        else:
+            cached.extend(hit)
+    resolver_holder: list[Resolver] = []
+    run = _resolve_found(found, settings, options, own=stale, resolver_out=resolver_holder)
+    tool = filter_tool_diagnostics(run.diagnostics, settings)
+    by_file: dict[str, list[ResolvedRecipe]] = {}
+    paired: list[ResolvedRecipe] = []
+    for r in run.recipes:
+        (paired if r.overrides else by_file.setdefault(r.path, [])).append(r)
+    fresh: list[Diagnostic] = []
+    project = resolver_holder[0].project
+    for path in sorted(stale):
+        diags = run_checks(by_file.get(path, []), [], settings, run.sources)
+        diags += [d for d in tool if d.location.path == path]
+        deps = {str(safe_resolve(p)): run.sources[p].text if p in run.sources else ""
+                for p in project.dependencies(path)}
+        cache.store(path, deps, diags)
+        fresh.extend(diags)
+    fresh += run_checks(paired, run.overrides, settings, run.sources)
+    fresh += [d for d in tool if d.location.path not in stale]
+    run.diagnostics = merge_findings(cached + fresh)
+    return run
+
+
+def merge_findings(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Findings from several workers or cache entries: one per (code, location, message), the same
+    one whichever run produced it (the smallest recipe name), sorted."""
+    chosen: dict[tuple[object, ...], Diagnostic] = {}
+    for d in diagnostics:
+        key = (d.code, d.location.path, d.location.line, d.location.column, d.message)
+        prev = chosen.get(key)
+        if prev is None or (d.function or "") < (prev.function or ""):
+            chosen[key] = d
+    return sorted(chosen.values(), key=lambda d: d.sort_key())
+
+
 def _resolve_found(found: Discovered, settings: Settings, options: ResolveOptions,
-                   own: set[str] | None = None, with_yaml: bool = True) -> CheckRun:
+                   own: set[str] | None = None, with_yaml: bool = True,
+                   resolver_out: list[Resolver] | None = None) -> CheckRun:
     run = CheckRun()
     run.diagnostics.extend(d for d in found.diagnostics if with_yaml)
     for src in found.python + found.yaml:
@@ -112,6 +166,8 @@ def _resolve_found(found: Discovered, settings: Settings, options: ResolveOption
                 overrides.append(f)
                 run.diagnostics.extend(f.diagnostics)
     resolver = Resolver(settings, options)
+    if resolver_out is not None:
+        resolver_out.append(resolver)
     result = resolver.resolve_all(found.python, overrides, own=own)
     run.diagnostics.extend(result.diagnostics)
     run.recipes = result.recipes
@@ -161,16 +217,12 @@ def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveO
     run = CheckRun()
     for src in found.python + found.yaml:
         run.sources[src.path] = src
-    seen: set[tuple[object, ...]] = set()
+    everything: list[Diagnostic] = []
     for diags, failed, n in parts:
         run.failed.extend(failed)
         run.functions_seen += n
-        for d in diags:
-            key = (d.code, d.location.path, d.location.line, d.location.column, d.message)
-            if key not in seen:
-                seen.add(key)
-                run.diagnostics.append(d)
-    run.diagnostics.sort(key=lambda d: d.sort_key())
+        everything.extend(diags)
+    run.diagnostics = merge_findings(everything)
     return run
 
 

@@ -40,7 +40,14 @@ def fmt(value: Any) -> str:
     if isinstance(value, str):
         if value.startswith("torch."):
             return value
-        return repr(value)
+        return py_str(value)
+    return repr(value)
+
+
+def py_str(value: str) -> str:
+    """A string literal in the quote style recipes use (double quotes, as Black writes them)."""
+    if '"' not in value and "\\" not in value and value.isprintable():
+        return f'"{value}"'
     return repr(value)
 
 

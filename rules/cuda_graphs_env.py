@@ -17,6 +17,7 @@ from ._common import (
     has_expandable_token,
     parse_alloc_conf,
     py,
+    py_str,
 )
 
 IMPL = "model.cuda_graph_impl"
@@ -293,7 +294,7 @@ def _alloc_bool_case(ctx: RuleContext) -> Iterator[Finding]:
                 fixed = ",".join(f"{k}:{good if (k == key and v == value) else v}" if v else k for k, v in parse_alloc_conf(text))
                 yield Finding(f"{var}: '{key}:{value}' must be exactly True or False (PyTorch raises on anything else)",
                               [f"env_vars.{var}"], location=ctx.env_anchor(var),
-                              fix=fix_env(ctx, var, repr(fixed), f"write {key}:{good}"))
+                              fix=fix_env(ctx, var, py_str(fixed), f"write {key}:{good}"))
 
 
 MBM310 = Rule(

@@ -468,7 +468,13 @@ def sp_replicated_bytes(ctx: RuleContext, tp: int) -> int | None:
     pp, cp = ctx.pp(), ctx.cp()
     if not (s and b and h and layers and pp and cp):
         return None
-    per_layer = (2 if ctx.value_is("model.recompute_granularity", "full") else 10) * (s // cp) * b * h * (1 - 1 / tp)
+    coeff = 10
+    cls = ctx.section_class("model") or ""
+    if "Hybrid" in cls or "Mamba" in cls:
+        coeff = 5  # hybrid models count every mixer (Mamba, attention, MLP) as a layer: one norm + dropout each
+    if ctx.value_is("model.recompute_granularity", "full"):
+        coeff = 2
+    per_layer = coeff * (s // cp) * b * h * (1 - 1 / tp)
     in_flight = pp
     gbs, dp = ctx.as_int("train.global_batch_size"), ctx.dp()
     if gbs and dp and gbs % (b * dp) == 0:
@@ -506,7 +512,7 @@ def _tp_without_sp(ctx: RuleContext) -> Iterator[Finding]:
         severity = None
     else:
         msg = (f"tensor_model_parallel_size={tp} without sequence_parallel: sequence parallelism would shard the "
-               f"LayerNorm/dropout activations{cost or ''}; small at this size")
+               f"LayerNorm/dropout activations" + (f"{cost}, small at this size" if saved is not None else ""))
         severity = "info"
     yield Finding(msg, [SP, TP], severity=severity,  # type: ignore[arg-type]
                   fix=fix_set(ctx, SP, "True", "enable sequence_parallel", "unsafe", saving_bytes=saved))

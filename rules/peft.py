@@ -153,41 +153,42 @@ def _pretrained(ctx: RuleContext) -> Iterator[Finding]:
     if not ctx.known("checkpoint.pretrained_checkpoint") or ctx.get("checkpoint.pretrained_checkpoint"):
         return
     # The checkpoint path is a per-launch value (like data paths): Bridge's own PEFT recipes leave it
-    # unset and take it from the launch command. A recipe alone is therefore not flagged; only when
-    # the user removed it explicitly, or assembled the launch config (YAML / --set overrides) without it.
+    # unset, or set it to None as a placeholder (recipes/common.py), for the launch command to supply.
+    # Only an assembled launch config (recipe + YAML / --set overrides) that still lacks it is flagged.
+    if not ctx.r.overrides:
+        return
     w = ctx.user_write("checkpoint.pretrained_checkpoint")
-    explicit = w is not None and w.origin in ("recipe", "yaml", "cli")
-    if explicit:
-        yield Finding("PEFT requires checkpoint.pretrained_checkpoint, but it is set to "
-                      f"{ctx.get('checkpoint.pretrained_checkpoint')!r} here: Bridge asserts at startup",
-                      ["checkpoint.pretrained_checkpoint", "peft"], location=w.anchor)
-    elif ctx.r.overrides:
-        yield Finding("PEFT requires checkpoint.pretrained_checkpoint and neither the recipe nor the overrides "
-                      f"({', '.join(ctx.r.overrides)}) set it: Bridge asserts at startup",
-                      ["checkpoint.pretrained_checkpoint", "peft"], location=ctx.anchor("peft"))
+    where = w.anchor if w is not None and w.origin in ("recipe", "yaml", "cli") else ctx.anchor("peft")
+    yield Finding("PEFT requires checkpoint.pretrained_checkpoint and neither the recipe nor the overrides "
+                  f"({', '.join(ctx.r.overrides)}) set it: Bridge asserts at startup",
+                  ["checkpoint.pretrained_checkpoint", "peft"], location=where)
 
 
 MBM504 = Rule(
     code="MBM504", name="peft-without-pretrained-checkpoint", severity="warning",
-    summary="PEFT with checkpoint.pretrained_checkpoint explicitly emptied, or missing from a recipe + overrides launch config.",
+    summary="PEFT without checkpoint.pretrained_checkpoint in a launch config (recipe + YAML/--set overrides).",
     fields=("checkpoint.pretrained_checkpoint", "peft"),
     rationale=("Adapters train on top of frozen pretrained weights; Bridge asserts a pretrained checkpoint path in "
                "validate(). The path is a per-launch value: Bridge's own PEFT recipes leave it unset for the launch "
                "command to supply (`checkpoint.pretrained_checkpoint=...`), so a recipe function alone is not flagged "
-               "(that was 78 findings on Bridge's 0.6.2 recipes, all expected usage). It is flagged when the recipe sets "
-               "it to None/empty itself, or when YAML/--set overrides are paired with the recipe and still leave it unset."),
+               "(that was 78 findings on Bridge's 0.6.2 recipes, all expected usage; `_peft_common` even sets it to None as a "
+               "placeholder). It is flagged when YAML/--set overrides are paired with the recipe, i.e. the launch config "
+               "is assembled, and still leave it unset."),
     sources=(SourceRef("megatron/bridge/training/config.py:1487-1488", "assert", "PEFT requires a pretrained checkpoint path"),),
     check=_pretrained,
     valid=(
         Example(py('cfg.checkpoint.pretrained_checkpoint = "/models/llama3-8b"', base=PEFT, task="peft", gpus=1)),
         Example(py("cfg.peft = LoRA(dim=8)", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT),
                 note="the path comes from the launch command, as in Bridge's own PEFT recipes"),
+        Example(py("cfg.peft = LoRA(dim=8)\ncfg.checkpoint.pretrained_checkpoint = None", base=PEFT, task="peft", gpus=1,
+                   imports=LORA_IMPORT), note="a placeholder, as in Bridge's _peft_common"),
         Example(py("cfg.peft = LoRA(dim=8)", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT),
                 yaml="checkpoint:\n  pretrained_checkpoint: /models/llama3-8b\n"),
     ),
     invalid=(
-        Example(py('cfg.peft = LoRA(dim=8)\ncfg.checkpoint.pretrained_checkpoint = None  # <-', base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),
         Example(py("cfg.peft = LoRA(dim=8)  # <-", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT),
+                yaml="train:\n  train_iters: 100\n"),
+        Example(py('cfg.peft = LoRA(dim=8)\ncfg.checkpoint.pretrained_checkpoint = None  # <-', base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT),
                 yaml="train:\n  train_iters: 100\n"),
     ),
     references=("rules-from-source §2.O, §5 rule 29",),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,3 +138,32 @@ def test_generated_docs_are_current() -> None:
     stale = [n for n, text in pages.items() if not (out / n).is_file() or (out / n).read_text(encoding="utf-8") != text]
     extra = [p.name for p in out.glob("MBM*.md") if p.name not in pages]
     assert not stale and not extra, f"docs/rules is stale ({stale[:5]}, {extra[:5]}): run python -m mbmem_lint.check.docs"
+
+
+def test_rules_json_lists_every_rule() -> None:
+    from mbmem_lint.check.registry import rules_json
+
+    data = rules_json()
+    rules = all_rules()
+    assert [d["code"] for d in data] == [r.code for r in rules]
+    for d, r in zip(data, rules):
+        assert {"code", "name", "severity", "fixable", "summary", "fields", "source"} <= set(d)
+        assert d["name"] == r.name and d["severity"] == r.severity and d["summary"] == r.summary
+        assert d["fixable"] is (r.fix_applicability is not None)
+        assert d["fields"] == list(r.fields) and d["fields"]
+        assert d["source"] and all({"ref", "behaviour", "what"} <= set(s) for s in d["source"])
+    json.dumps(data)  # JSON-able as it is
+
+
+def test_cli_rules_json_and_text() -> None:
+    from click.testing import CliRunner
+
+    from mbmem_lint.cli import main
+
+    res = CliRunner().invoke(main, ["rules", "--format", "json"], catch_exceptions=False)
+    assert res.exit_code == 0
+    data = json.loads(res.stdout)
+    assert len(data) == len(all_rules()) and data[0]["code"] == "MBM101"
+    text = CliRunner().invoke(main, ["rules"], catch_exceptions=False).stdout
+    assert text.startswith(f"{len(all_rules())} rules")
+    assert "MBM406  warning  fix:safe" in text

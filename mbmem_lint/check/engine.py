@@ -131,19 +131,20 @@ def run_rules(rules: list[Rule], recipes: list[ResolvedRecipe], overrides: list[
 
 
 def _dedupe(items: list[tuple[Diagnostic, ResolvedRecipe | None]]) -> list[tuple[Diagnostic, ResolvedRecipe | None]]:
-    """One diagnostic per (code, location, fields): a helper called by many recipes reports once."""
-    seen: set[tuple[object, ...]] = set()
-    out = []
+    """One diagnostic per (code, location, fields, message): a helper called by many recipes reports
+    once; recipes that meet the same line with different values (memory estimates) each report."""
+    chosen: dict[tuple[object, ...], tuple[Diagnostic, ResolvedRecipe | None]] = {}
     for d, r in items:
         loc = d.location
-        key = (d.code, loc.path, loc.line, loc.column, tuple(d.fields)) if loc.line > 0 else (d.code, d.message)
+        key = ((d.code, loc.path, loc.line, loc.column, tuple(d.fields), d.message) if loc.line > 0
+               else (d.code, d.message))
         if d.code == "MBM001":
             key = (d.code, d.message)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((d, r))
-    return out
+        prev = chosen.get(key)
+        # Keep the same one whatever the order recipes were checked in (parallel, cached runs).
+        if prev is None or (d.function or "") < (prev[0].function or ""):
+            chosen[key] = (d, r)
+    return list(chosen.values())
 
 
 class _SuppressionCache:

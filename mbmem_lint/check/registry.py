@@ -54,7 +54,8 @@ def get_rule(code_or_name: str) -> Rule | None:
 
 
 def _indent_code(text: str) -> str:
-    return text.rstrip("\n")
+    """An example for the docs: the test marker ``# <-`` reads as what it means."""
+    return text.rstrip("\n").replace("  # <-", "  # <- flagged here")
 
 
 def rule_doc_markdown(rule: Rule) -> str:
@@ -66,13 +67,13 @@ def rule_doc_markdown(rule: Rule) -> str:
     lines += ["## Why is this bad?", "", rule.rationale, ""]
     lines += ["## Example", ""]
     for ex in rule.invalid[:2]:
-        lines += ["Flagged:", "", "```python", _indent_code(ex.code), "```", ""]
+        lines += ["Flagged" + (f" ({ex.note})" if ex.note else "") + ":", "", "```python", _indent_code(ex.code), "```", ""]
         if ex.yaml:
             lines += ["with the override:", "", "```yaml", ex.yaml.rstrip("\n"), "```", ""]
         if ex.settings:
             lines += ["with settings " + ", ".join(f"`{k} = {v!r}`" for k, v in ex.settings.items()), ""]
     for ex in rule.valid[:1]:
-        lines += ["Not flagged:", "", "```python", _indent_code(ex.code), "```", ""]
+        lines += ["Not flagged" + (f" ({ex.note})" if ex.note else "") + ":", "", "```python", _indent_code(ex.code), "```", ""]
         if ex.yaml:
             lines += ["```yaml", ex.yaml.rstrip("\n"), "```", ""]
     lines += ["## Fix safety", ""]
@@ -99,16 +100,27 @@ def rule_doc_markdown(rule: Rule) -> str:
     return "\n".join(lines)
 
 
-def list_rules_text() -> str:
-    """``mbmem-lint rules``: one line per rule, grouped by family."""
-    out: list[str] = []
+def list_rules_text(width: int = 100) -> str:
+    """``mbmem-lint rules``: the catalog grouped by family; per rule its code, default severity,
+    whether it has a fix, its name, and the summary wrapped underneath."""
+    rules = _load()
+    fixable = sum(1 for r in rules if r.fix_applicability)
+    out: list[str] = [
+        f"{len(rules)} rules ({fixable} with a fix). `mbmem-lint rule CODE` explains one; "
+        "docs/rules/ has every page.",
+        "",
+    ]
     family = None
-    for r in _load():
+    for r in rules:
         if r.family != family:
+            if family is not None:
+                out.append("")
             family = r.family
             out.append(f"{r.code[:4]}xx  {family}")
-        fix = "fix" if r.fix_applicability else "   "
-        out.append(f"  {r.code}  {r.severity:<7}  {fix}  {r.name}")
+        fix = f"fix:{r.fix_applicability}" if r.fix_applicability else ""
+        out.append(f"  {r.code}  {r.severity:<7}  {fix:<12}  {r.name}")
+        for line in textwrap.wrap(r.summary, max(40, width - 10)):
+            out.append(f"          {line}")
     return "\n".join(out) + "\n"
 
 

@@ -235,7 +235,10 @@ class RuleContext:
         return str(v)
 
     def env_names(self) -> list[str]:
-        names = {p[len("env_vars."):] for p in self.r.fields if p.startswith("env_vars.")}
+        # The effective dict (with keys runtime rewrites add) plus the recipe's own: no scan of
+        # every field (there are ~1000 per recipe).
+        effective = self.r.get("env_vars")
+        names = {str(k) for k in effective if k != "_target_"} if isinstance(effective, dict) else set()
         whole = self.pre("env_vars")
         if isinstance(whole, dict):
             names.update(str(k) for k in whole if k != "_target_")
@@ -250,7 +253,8 @@ class RuleContext:
     def env_known(self) -> bool:
         """False when ``cfg.env_vars`` as a whole cannot be known (e.g. ``{**unknown()}``)."""
         if "env_vars" in self.r.fields:
-            return is_known(self.r.get("env_vars")) or any(p.startswith("env_vars.") for p in self.r.fields)
+            v = self.r.get("env_vars")
+            return is_known(v) or isinstance(v, dict)
         return True
 
     # -- writes -------------------------------------------------------------------------------------

@@ -25,16 +25,16 @@ RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
     "layernorm": ("moe_norm_out", "mla_norm_out"),
     "mlp": ("mlp_fc1_in", "mlp_fc1_out", "mlp_act_out", "lora_fc1", "lora_fc2"),
     "moe_act": ("moe_act", "shared_act"),
-    "moe": ("router", "expert_fc1_in", "expert_fc1_out", "moe_act", "expert_combine", "shared_fc1_out",
+    "moe": ("router", "expert_fc1_in", "expert_fc1_out", "moe_act", "moe_probs", "shared_fc1_out",
             "shared_act"),
     "shared_experts": ("shared_fc1_out", "shared_act"),
-    "mla_up_proj": ("mla_up",),
+    "mla_up_proj": ("mla_qkv",),
 }
 # Fine-grained activation offloading module -> terms moved to host memory (MCore offload_modules).
 OFFLOAD_TERMS: dict[str, tuple[str, ...]] = {
     "attn_norm": ("attn_norm",),
     "qkv_linear": ("qkv_linear", "mla_norm_out"),
-    "core_attn": ("core_attn", "core_attn_out"),
+    "core_attn": ("core_attn", "mla_qkv", "core_attn_out"),
     "attn_proj": ("attn_proj",),
     "mlp_norm": ("mlp_norm", "moe_norm_out"),
     "expert_fc1": ("expert_fc1_in",),
@@ -89,11 +89,18 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                 add("core_attn", 2 * T * (a + 2 * g) * d / t)  # q, k, v
                 o_elems = T * a * d / t
             else:
-                add("mla_norm_out", 2 * T * h * r)  # separate TENorm output, input of the down-projections
+                # MLA (multi_latent_attention.py get_query_key_value_tensors, Core 0.19.2): the input norm's
+                # output feeds the replicated down-projection(s); the latents q_compressed / kv_compressed are
+                # sequence-sharded (SP) and saved by the (fused) latent norm + column-parallel up-projections
+                # (input and norm output). The up-projection outputs are not saved: RoPE (fused or not) and
+                # torch.cat save no activations, so what survives is query/key/value, saved by the fused
+                # attention. "mla_up_proj" recompute runs qkv_up_proj_and_rope_apply under
+                # CheckpointWithoutOutput and frees query/key/value after core attention (L972-975, L454-456);
+                # the checkpoint inputs (latents, k_pos_emb) are kept.
+                add("mla_norm_out", 2 * T * h * r)
                 a, qk, pe, v = s.heads, s.qk_head_dim, s.qk_pos_dim, s.v_head_dim
-                add("mla_down", 2 * T * ((s.q_lora_rank or 0) + s.kv_lora_rank + pe) * 2)
-                add("mla_up", 2 * T * a * (qk + pe + qk + v) / t)
-                add("core_attn", 2 * T * a * (2 * (qk + pe) + v) / t)
+                add("mla_down", 2 * 2 * T * r * ((s.q_lora_rank or 0) + s.kv_lora_rank) + 2 * T * pe)
+                add("mla_qkv", 2 * T * a * (2 * (qk + pe) + v) / t)  # query, key (qk+pe each), value
                 o_elems = T * a * v / t
             lse = 4 * T * s.heads / t
             # The attention output O (bf16) is saved by flash attention and, as the same tensor, by the
@@ -131,14 +138,23 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                     share = 1.0 / t if lora_regather_active(inp, "fc1") else 1.0
                     add("lora_fc1", 2 * T * h * share)
             else:
+                # Routed experts, alltoall or flex dispatcher (moe/token_dispatcher.py, experts.py, Core 0.19.2).
+                # Tokens on this rank: T·r (SP); each goes to topk experts, so with balanced routing every
+                # EP rank receives T·r·topk copies, all-gathered over ETP (dispatch_postprocess L744).
+                # Saved for backward, per copy: the grouped fc1 GEMM input (TEGroupedMLP.forward L791),
+                # the fc1 output (saved by the weighted SwiGLU, L830), the activation output (fc2 input;
+                # freed by "moe_act" recompute, CheckpointWithoutOutput L882-893) and the fp32 permuted prob.
+                # permute/unpermute (fused or index_select/scatter_add) and all_to_all save only indices;
+                # unpermute runs without probs (probs are applied in the activation), so the combine side
+                # saves nothing (combine_postprocess L884).
                 local = T * r
                 routed = local * s.topk * p.etp
                 add("moe_norm_out", 2 * T * h * r)  # separate pre-MLP TENorm output (router + dispatch input)
-                add("router", 8 * local * s.num_experts)
-                add("expert_fc1_in", g8 * routed * h)
+                add("router", 8 * local * s.num_experts)  # fp32 logits and scores
+                add("expert_fc1_in", g8 * routed * s.moe_latent if s.moe_latent else g8 * routed * h)
                 add("expert_fc1_out", 2 * routed * s.moe_ffn * glu / p.etp)
                 add("moe_act", g8 * routed * s.moe_ffn / p.etp)
-                add("expert_combine", 2 * routed * h)
+                add("moe_probs", 4 * routed)
                 if s.shared_ffn:
                     add("shared_fc1_out", 2 * T * s.shared_ffn * glu / t)
                     add("shared_act", g8 * T * s.shared_ffn / t)

@@ -22,7 +22,7 @@ from mbmem_lint.estimate.overheads import (
     fragmentation_component,
     runtime_components,
 )
-from mbmem_lint.estimate.pipeline import inflight_microbatches, stage_layer_indices
+from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 
@@ -36,43 +36,51 @@ ACT_FIELDS = ["model.seq_length", "train.micro_batch_size", "model.hidden_size",
               "model.virtual_pipeline_model_parallel_size"]
 
 
-def _activation_components(inp: Inputs, layers: list[int], rank: int) -> tuple[list[Component], float]:
+def _activation_components(inp: Inputs, plan: StagePlan) -> tuple[list[Component], float]:
     par = inp.par
-    inflight = inflight_microbatches(par, rank, inp.train.num_microbatches)
+    layers = plan.layers
+    passes = chunk_passes(par, plan.rank, len(plan.chunks), inp.train.num_microbatches)
+    # Display value: in-flight microbatches in units of "whole stage" (layer-weighted).
+    inflight = (sum(p * len(c) for p, c in zip(passes, plan.chunks)) / len(layers)) if layers else max(passes)
     dropped = selective_drops(inp)
     offl = offloaded_terms(inp)
-    per_layer: list[float] = []
+    chunk_layers: list[list[float]] = []
     offloaded = 0.0
-    for i in layers:
-        terms = layer_terms(inp, i)
-        per_layer.append(sum(v for k, v in terms.items() if k not in dropped and k not in offl))
-        offloaded += sum(v for k, v in terms.items() if k in offl and k not in dropped)
+    for chunk in plan.chunks:
+        vals: list[float] = []
+        for i in chunk:
+            terms = layer_terms(inp, i)
+            vals.append(sum(v for k, v in terms.items() if k not in dropped and k not in offl))
+            offloaded += sum(v for k, v in terms.items() if k in offl and k not in dropped)
+        chunk_layers.append(vals)
+    per_layer = [x for vals in chunk_layers for x in vals]
     comps: list[Component] = []
     fields = list(ACT_FIELDS)
+    if par.layout is not None:
+        fields.append("model.pipeline_model_parallel_layout")
     if inp.shape.num_experts:
         fields += ["model.moe_router_topk", "model.moe_ffn_hidden_size", "model.expert_tensor_parallel_size"]
     if inp.peft is not None:
         fields += ["peft.sequence_parallel_input_regather", "peft.target_modules"]
     transient = 0.0
+    act = 0.0
     if inp.rec.granularity == "full" and per_layer:
         n = max(1, inp.rec.num_layers)
         keep = layer_input_bytes(inp)
-        v = par.vpp or 1
-        chunk = max(1, len(per_layer) // v)
-        stored = 0.0
-        for start in range(0, len(per_layer), chunk):
-            block = per_layer[start:start + chunk]
+        for block, p in zip(chunk_layers, passes):
+            if not block:
+                continue
             if inp.rec.method == "block":
-                stored += keep * min(n, len(block)) + sum(block[n:])
+                stored = keep * min(n, len(block)) + sum(block[n:])
                 transient = max(transient, max(block[:n], default=0.0))
             else:  # uniform: groups of n layers keep only the group input
                 groups = -(-len(block) // n)
-                stored += keep * groups
+                stored = keep * groups
                 transient = max(transient, sum(block[:n]))
+            act += stored * p
         fields += ["model.recompute_method", "model.recompute_num_layers"]
     else:
-        stored = sum(per_layer)
-    act = stored * inflight
+        act = sum(sum(block) * p for block, p in zip(chunk_layers, passes))
     if inp.off.fine_grained and offloaded:
         # Offloaded tensors leave the GPU except a one-layer double buffer.
         one = offloaded / max(1, len(layers))
@@ -94,19 +102,20 @@ def _activation_components(inp: Inputs, layers: list[int], rank: int) -> tuple[l
 def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
     par = inp.par
     assumptions = list(inp.assumptions)
-    stages_layers = stage_layer_indices(inp.shape.num_layers, par, assumptions)
+    plans = stage_plans(inp.shape.num_layers, inp.shape.mtp_layers, par, par.layout, assumptions)
     runtime = runtime_components(inp, gpu)
     stages: list[StageEstimate] = []
-    for rank, layers in enumerate(stages_layers):
-        first, last = rank == 0, rank == par.pp - 1
-        base, adapters = stage_params(inp, layers, first, last)
+    for plan in plans:
+        rank, layers = plan.rank, plan.layers
+        base, adapters = stage_params(inp, layers, plan.embedding, plan.loss)
         comps = model_state_components(inp, base, adapters, gpu.family)
-        act_comps, inflight = _activation_components(inp, layers, rank)
+        act_comps, inflight = _activation_components(inp, plan)
         comps += act_comps
-        if first:
-            comps.append(Component("embedding activations", int(embedding_activation(inp) * inflight), [
+        if plan.embedding:
+            emb_mb = chunk_passes(par, rank, len(plan.chunks), inp.train.num_microbatches)[0]
+            comps.append(Component("embedding activations", int(embedding_activation(inp) * emb_mb), [
                 "model.seq_length", "train.micro_batch_size", "model.hidden_dropout"], kind="activation"))
-        if last:
+        if plan.loss:
             comps.append(Component("logits + cross-entropy (fp32)", int(output_activation(inp)), [
                 "model.vocab_size", "model.seq_length", "train.micro_batch_size",
                 "model.tensor_model_parallel_size"], kind="activation"))

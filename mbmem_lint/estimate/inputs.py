@@ -128,6 +128,7 @@ class Par:
     last_stage_layers: int | None
     account_embedding: bool
     account_loss: bool
+    layout: Any = None  # pipeline_model_parallel_layout (str or list of lists), parsed in pipeline.py
 
 
 @dataclass
@@ -331,6 +332,7 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         last_stage_layers=r.int_("model.num_layers_in_last_pipeline_stage", None),
         account_embedding=r.bool_("model.account_for_embedding_in_pipeline_split", False),
         account_loss=r.bool_("model.account_for_loss_in_pipeline_split", False),
+        layout=r.value("model.pipeline_model_parallel_layout", None),
     )
 
     seq = r.pos("model.seq_length", 0) or r.pos("dataset.seq_length", 0)

@@ -21,7 +21,10 @@ MOE_FIELDS = ["model.num_moe_experts", "model.moe_ffn_hidden_size", "model.exper
 
 
 def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tuple[Params, Params]:
-    """(base params, trainable adapter params) of a stage, unsharded."""
+    """(base params, trainable adapter params) of a stage, unsharded. ``layers`` may include MTP layers
+    (index >= num_layers); ``first``/``last`` = the stage holds the embedding / the output layer + loss.
+    A stage holding MTP layers also builds the embedding (GPTModel: ``if self.pre_process or
+    self.mtp_process``, gpt_model.py L167)."""
     s = inp.shape
     base = Params()
     adapters = Params()
@@ -29,14 +32,13 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
         base = base + layer_params(s, i)
         if inp.peft is not None:
             adapters = adapters + lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, i)
+    has_mtp = any(i >= s.num_layers for i in layers)
     if last:
-        for j in range(s.mtp_layers):
-            base = base + layer_params(s, s.num_layers + j)
         base = base + Params(rep=norm_params(s, s.hidden))
         # Untied output layer, or the tied embedding's copy kept on the last stage when PP > 1.
         if not s.tied or inp.par.pp > 1 or not first:
             base = base + Params(tp=output_params(s))
-    if first:
+    if first or has_mtp:
         base = base + Params(tp=embedding_params(s))
     return base, adapters
 

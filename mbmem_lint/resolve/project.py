@@ -98,6 +98,7 @@ class Project:
         self._schema_cache: dict[str, ClassSchema | None] = {}
         self._model_fields: set[str] | None = None
         self.call_cache: dict[tuple[Any, ...], Any] = {}
+        self.imports: dict[str, set[str]] = {}  # linted file → linted files it imports
 
     # ------------------------------------------------------------------ modules
     def add_user_module(self, path: Path, display_path: str, body: list[Any] | None,
@@ -154,6 +155,22 @@ class Project:
             return found
         return module
 
+    def note_import(self, importer: ModuleEnv, imported: ModuleEnv) -> None:
+        """Record that a linted module imports another (for the results cache's dependencies)."""
+        if not importer.is_library and not imported.is_library and importer is not imported:
+            self.imports.setdefault(importer.display_path, set()).add(imported.display_path)
+
+    def dependencies(self, display_path: str) -> set[str]:
+        """Linted files ``display_path`` imports, directly or not (itself included)."""
+        seen = {display_path}
+        todo = [display_path]
+        while todo:
+            for dep in self.imports.get(todo.pop(), ()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
     def load_module(self, key: str | None, interp: Interpreter) -> ModuleEnv | None:
         if not key:
             return None
@@ -172,6 +189,8 @@ class Project:
                 self._lib_envs[key] = env
         if env.state == "new":
             self.execute_module(env, interp)
+        if interp.stack:
+            self.note_import(interp.stack[-1].module, env)
         return env
 
     def execute_module(self, env: ModuleEnv, interp: Interpreter) -> None:

@@ -91,6 +91,7 @@ class Schema:
         self.generator: dict[str, str] = dict(data.get("generator", {}))
         self.classes: dict[str, ClassSchema] = {}
         self._by_name: dict[str, list[str]] = {}
+        self._closest: dict[tuple[str, str, int], list[str]] = {}
         for qual, spec in data.get("classes", {}).items():
             fields = {
                 fname: FieldSchema(
@@ -196,8 +197,12 @@ class Schema:
         return None
 
     def closest_fields(self, qualname: str, name: str, n: int = 3) -> list[str]:
-        """Did-you-mean candidates among the fields of ``qualname``."""
-        cls = self.classes.get(qualname)
-        if cls is None:
-            return []
-        return difflib.get_close_matches(name, sorted(cls.fields), n=n, cutoff=0.6)
+        """Did-you-mean candidates among the fields of ``qualname`` (memoised: the same typo
+        recurs across recipes)."""
+        key = (qualname, name, n)
+        hit = self._closest.get(key)
+        if hit is None:
+            cls = self.classes.get(qualname)
+            hit = [] if cls is None else difflib.get_close_matches(name, sorted(cls.fields), n=n, cutoff=0.6)
+            self._closest[key] = hit
+        return list(hit)

@@ -1,0 +1,103 @@
+"""Optional on-disk cache of findings per linted file (``cache = true`` in ``[tool.mbmem-lint]``).
+
+An entry holds the findings of one file's recipes and the content hash of every linted file those
+recipes depend on (the file and everything it imports, transitively). It is used only when all of
+them are unchanged and the tool version, settings and options are the same, so it is never stale;
+deleting ``.cache/mbmem-lint`` is always safe. Fix edits are not cached: ``--fix`` and the JSON/SARIF
+formats (which carry edits) run uncached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mbmem_lint import __version__
+from mbmem_lint.diagnostics import Diagnostic, Fix, Location
+from mbmem_lint.settings import Settings, safe_resolve
+
+FORMAT = 1
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _loc_json(loc: Location) -> list[Any]:
+    return [loc.path, loc.line, loc.column, loc.end_line, loc.end_column, loc.in_library]
+
+
+def diag_to_json(d: Diagnostic) -> dict[str, Any]:
+    fix = None
+    if d.fix is not None:
+        fix = [d.fix.description, d.fix.applicability, d.fix.saving_bytes]
+    return {"c": d.code, "n": d.name, "s": d.severity, "m": d.message, "l": _loc_json(d.location),
+            "f": d.function, "p": d.fields, "x": fix, "o": d.notes}
+
+
+def diag_from_json(j: dict[str, Any]) -> Diagnostic:
+    loc = Location(*j["l"])
+    fix = Fix(j["x"][0], j["x"][1], [], j["x"][2]) if j["x"] is not None else None
+    return Diagnostic(code=j["c"], name=j["n"], severity=j["s"], message=j["m"], location=loc,
+                      function=j["f"], fields=list(j["p"]), fix=fix, notes=list(j["o"]))
+
+
+class ResultsCache:
+    def __init__(self, folder: Path, context: str) -> None:
+        self.folder = folder
+        self.context = context
+
+    @classmethod
+    def for_run(cls, settings: Settings, options: Any) -> ResultsCache:
+        env = os.environ.get("MBMEM_LINT_CACHE_DIR")
+        base = Path(env) if env else (settings.root or Path.cwd()) / ".cache" / "mbmem-lint"
+        context = f"{__version__}|{FORMAT}|{settings!r}|{options!r}"
+        return cls(base / f"results-v{FORMAT}", hashlib.sha256(context.encode()).hexdigest())
+
+    def _entry_path(self, path: str) -> Path:
+        key = hashlib.sha256(f"{self.context}|{safe_resolve(path)}".encode()).hexdigest()
+        return self.folder / key[:2] / f"{key}.json"
+
+    def lookup(self, path: str, texts: dict[str, str]) -> list[Diagnostic] | None:
+        """Cached findings of ``path`` when it and all its dependencies are unchanged.
+
+        ``texts``: current content of the files being linted, by resolved path; other
+        dependencies are read from disk."""
+        try:
+            entry = json.loads(self._entry_path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        deps = entry.get("deps")
+        if not isinstance(deps, dict):
+            return None
+        for dep, digest in deps.items():
+            text = texts.get(dep)
+            if text is None:
+                try:
+                    text = Path(dep).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    return None
+            if text_hash(text) != digest:
+                return None
+        try:
+            return [diag_from_json(j) for j in entry["diagnostics"]]
+        except (KeyError, TypeError, IndexError):
+            return None
+
+    def store(self, path: str, deps: dict[str, str], diagnostics: list[Diagnostic]) -> None:
+        """``deps``: resolved path → content of every linted file the findings depend on."""
+        entry = {"deps": {p: text_hash(t) for p, t in sorted(deps.items())},
+                 "diagnostics": [diag_to_json(d) for d in diagnostics]}
+        target = self._entry_path(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(entry, fh, separators=(",", ":"))
+            os.replace(tmp, target)
+        except OSError:
+            pass  # an unwritable cache only costs speed
