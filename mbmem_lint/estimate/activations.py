@@ -166,7 +166,13 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
             add("attn_norm", 2 * T * h * r)
             if not frozen:
                 add("mamba_in", g8 * T * h * r)
-            add("mamba_internal", 2 * T * (7 * di + 4 * gs + s.mamba_heads) / t)
+            # MambaMixer training path (ssm/mamba_mixer.py _ssm_training L727-781, Core 0.19.2) calls mamba_ssm's
+            # memory-efficient mamba_split_conv1d_scan_combined, which saves the in_proj output zxBCdt
+            # (2·d_inner + 2·groups·state + heads per token) and the pre-gate SSM output out_x (d_inner), and
+            # recomputes conv/chunk states in backward; MCore's separate gated RMSNorm then saves its input y
+            # (d_inner) and out_proj saves the norm output (d_inner, GEMM-input bytes). All TP-sharded.
+            add("mamba_internal", 2 * T * (2 * di + 2 * gs + s.mamba_heads + di + di) / t)
+            add("mamba_out_proj_in", g8 * T * di / t)
             if drop:
                 add("mlp_dropout", T * h * r)
     return out

@@ -167,6 +167,7 @@ class Peft:
     dim: int
     targets: list[str]
     regather: bool
+    share_expert_adapters: bool = True
 
 
 @dataclass
@@ -356,8 +357,14 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     fp32_grads = r.bool_("ddp.grad_reduce_in_fp32", True)
     grad_bytes = 4 if fp32_grads else param_bytes
     pa_opt = r.bool_("optimizer.use_precision_aware_optimizer", False)
-    if pa_opt:
-        grad_bytes = dtype_bytes(r.value("optimizer.main_grads_dtype", None), grad_bytes)
+    # MCore DDP's grad buffer dtype is fp32 iff grad_reduce_in_fp32, else the param dtype
+    # (param_and_grad_buffer.py group_params_for_buffers L883-900); optimizer.main_grads_dtype is read only by
+    # Megatron-FSDP (megatron_fsdp_main_grads_dtype falls back to it), not by the DDP buffers.
+    use_fsdp = r.bool_("ddp.use_megatron_fsdp", False) or r.bool_("dist.use_megatron_fsdp", False)
+    if pa_opt and use_fsdp:
+        fsdp_g = r.value("ddp.megatron_fsdp_main_grads_dtype", None)
+        grad_bytes = dtype_bytes(fsdp_g if fsdp_g is not None else r.value("optimizer.main_grads_dtype", None),
+                                 grad_bytes)
     fp8 = r.value("model.fp8", None)
     fp4 = r.value("model.fp4", None)
     fp8_on = (isinstance(fp8, str) and fp8 != "") or (isinstance(fp4, str) and fp4 != "")
@@ -406,7 +413,8 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
             targets = (["linear_q", "linear_k", "linear_v", "linear_proj", "linear_fc1_up", "linear_fc1_gate",
                         "linear_fc2"] if kind == "canonical_lora" else list(LORA_TARGETS))
         peft = Peft(kind=kind, dim=r.pos("peft.dim", 32), targets=[str(t) for t in targets],
-                    regather=r.bool_("peft.sequence_parallel_input_regather", False))
+                    regather=r.bool_("peft.sequence_parallel_input_regather", False),
+                    share_expert_adapters=r.bool_("peft.share_expert_adapters", True))
 
     gran = r.value("model.recompute_granularity", None)
     mods = r.value("model.recompute_modules", None)

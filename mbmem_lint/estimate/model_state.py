@@ -31,7 +31,8 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
     for i in layers:
         base = base + layer_params(s, i)
         if inp.peft is not None:
-            adapters = adapters + lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, i)
+            copies = float(inp.par.ep * inp.par.etp) if inp.peft.share_expert_adapters else None
+            adapters = adapters + lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, i, copies)
     has_mtp = any(i >= s.num_layers for i in layers)
     if last:
         base = base + Params(rep=norm_params(s, s.hidden))

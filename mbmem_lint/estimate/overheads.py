@@ -73,8 +73,13 @@ def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight:
         subs = layer_sublayers(inp.shape, i)
         graphed += sum(1 for k in subs if not scope or k in kinds)
     r = 1.0 / inp.par.tp if inp.par.sp else 1.0
-    io = 2 * (2 * tokens(inp) * inp.shape.hidden * r)  # static input + output buffer per graphed callable
-    return Component("cuda graph pool", int(base + graphed * io * max(1.0, inflight)), fields, kind="workspace")
+    # Static output buffer per graphed callable and in-flight microbatch. The static *input* buffer is the
+    # tensor the callable's first norm saves for backward, already counted in the activation terms, so it
+    # is not added again (previously it was: 2x). The pool never holds more than the graphed activations
+    # plus its base, so the per-layer part is capped by this stage's activation bytes.
+    io = 2 * tokens(inp) * inp.shape.hidden * r
+    per_layer = min(graphed * io * max(1.0, inflight), activation_bytes)
+    return Component("cuda graph pool", int(base + per_layer), fields, kind="workspace")
 
 
 def ddp_padding_component(inp: Inputs, params_local: float) -> Component | None:

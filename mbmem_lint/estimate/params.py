@@ -130,8 +130,14 @@ def output_params(s: Shape) -> float:
     return float(s.vocab * s.hidden)
 
 
-def lora_params(s: Shape, kind: str, dim: int, targets: list[str], index: int) -> Params:
-    """Adapter parameters for one layer (A: in x r, B: r x out; DoRA adds a magnitude vector of size out)."""
+def lora_params(s: Shape, kind: str, dim: int, targets: list[str], index: int,
+                expert_copies: float | None = None) -> Params:
+    """Adapter parameters for one layer (A: in x r, B: r x out; DoRA adds a magnitude vector of size out).
+
+    Routed experts: with Bridge's default ``share_expert_adapters=True`` a grouped expert linear gets one
+    ParallelLinearAdapter shared by all local experts of the EP rank (peft/lora.py, ``use_per_expert_adapter``
+    is False), so the whole model holds ``expert_copies`` = EP·ETP copies (one per expert-parallel shard);
+    ``None`` = one adapter per expert (``share_expert_adapters=False``)."""
     h, a, g, d = s.hidden, s.heads, s.groups, s.kv_channels
     fc1_out = s.ffn * (2 if s.glu else 1)
     shapes: dict[str, tuple[int, int]] = {
@@ -154,7 +160,8 @@ def lora_params(s: Shape, kind: str, dim: int, targets: list[str], index: int) -
             if "moe" in subs:
                 ei = s.hidden if t != "linear_fc2" else s.moe_ffn
                 eo = (s.moe_ffn * (2 if s.glu else 1) if t == "linear_fc1" else s.moe_ffn if t != "linear_fc2" else h)
-                out = out + Params(expert=s.num_experts * dim * (ei + eo))
+                copies = s.num_experts if expert_copies is None else expert_copies
+                out = out + Params(expert=copies * dim * (ei + eo))
                 if s.shared_ffn:
                     out = out + Params(tp=dim * (h + s.shared_ffn * (2 if s.glu else 1)))
                 continue

@@ -99,6 +99,9 @@ class Project:
         self._model_fields: set[str] | None = None
         self.call_cache: dict[tuple[Any, ...], Any] = {}
         self.imports: dict[str, set[str]] = {}  # linted file → linted files it imports
+        # Finds a module of the user's project on disk that was not passed on the command line
+        # (pre-commit passes only the staged files): (name, importer, level) → module key.
+        self.disk_finder: Callable[[str, ModuleEnv, int], str | None] | None = None
 
     # ------------------------------------------------------------------ modules
     def add_user_module(self, path: Path, display_path: str, body: list[Any] | None,
@@ -148,11 +151,18 @@ class Project:
             base = ".".join(base_parts[: len(base_parts) - (level - 1)])
             full = f"{base}.{module}" if module and base else (module or base)
             if importer.is_library:
-                return full if self.library.has_module(full) else full
+                return full
+            if full not in self.user and self.disk_finder is not None:
+                self.disk_finder(full, importer, level)
             return full
         found = self._find_user(module, importer)
         if found is not None:
             return found
+        if (not importer.is_library and self.disk_finder is not None and not self.library.has_module(module)
+                and not is_known_external(module)):
+            found = self.disk_finder(module, importer, 0)
+            if found is not None:
+                return found
         return module
 
     def note_import(self, importer: ModuleEnv, imported: ModuleEnv) -> None:
@@ -230,6 +240,9 @@ class Project:
 
     def import_value(self, name: str, importer: ModuleEnv, interp: Interpreter) -> Any:
         key = self._find_user(name, importer)
+        if (key is None and not importer.is_library and self.disk_finder is not None
+                and not self.library.has_module(name) and not is_known_external(name)):
+            key = self.disk_finder(name, importer, 0)
         if key is not None or self.library.has_module(name):
             return ModuleRef(key or name)
         if is_known_external(name):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mbmem_lint.diagnostics import Diagnostic, Location
+from mbmem_lint.discover.files import read_source
 from mbmem_lint.parse.python import PythonParseError, lower_module
 from mbmem_lint.parse.yaml_overrides import OverrideFile
 from mbmem_lint.resolve import interpreter as interp_mod
@@ -27,6 +28,8 @@ from mbmem_lint.settings import Settings, safe_resolve
 from mbmem_lint.sources import SourceFile
 
 CONFIG_CONTAINER_SUFFIX = ".ConfigContainer"
+MAX_DISK_MODULES = 200  # modules read from disk beyond the linted files, per run
+MAX_IMPORT_DEPTH = 6  # folders above the importing file searched for an absolute import
 RECIPE_TIME_BUDGET_S = 30.0  # only pathological inputs; the step budget is the deterministic bound
 
 
@@ -78,6 +81,8 @@ class Resolver:
         self.result = ResolveResult()
         self._modules: dict[str, ModuleEnv] = {}  # display path → env
         self.ir_cache: IRCache | None = IRCache.for_settings(settings) if settings.cache else None
+        self.project.disk_finder = self._find_on_disk
+        self._disk_loaded = 0
 
     # ------------------------------------------------------------------ inputs
     def add_python(self, src: SourceFile, *, own: bool = True) -> ModuleEnv | None:
@@ -94,6 +99,36 @@ class Resolver:
         env = self.project.add_user_module(Path(src.path), src.path, body)
         self._modules[src.path] = env
         return env
+
+    def _find_on_disk(self, name: str, importer: ModuleEnv, level: int) -> str | None:
+        """A module of the user's project that exists on disk but was not given to lint, found the
+        way Python would from the importing file (its folder and the folders above it). It is
+        analysed like the linted files (never executed) and nothing is reported in it."""
+        if self._disk_loaded >= MAX_DISK_MODULES or importer.file_path is None:
+            return None
+        rel = Path(*name.split("."))
+        if level > 0:
+            roots = [Path("/")]  # linted modules are named by their absolute path
+        else:
+            folder = safe_resolve(importer.file_path).parent
+            roots = [folder, *list(folder.parents)[:MAX_IMPORT_DEPTH]]
+        for root in roots:
+            for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+                try:
+                    if not candidate.is_file():
+                        continue
+                except OSError:
+                    continue
+                display = self._display(candidate)
+                if display in self._modules:
+                    return self._modules[display].name
+                src = read_source(display, "python")
+                if isinstance(src, Diagnostic):
+                    return None
+                self._disk_loaded += 1
+                env = self.add_python(src, own=False)
+                return env.name if env is not None else None
+        return None
 
     def _lower(self, src: SourceFile, *, report: bool) -> list[Any] | None:
         cached = self.ir_cache.get(src.text) if self.ir_cache is not None else None

@@ -1,0 +1,99 @@
+"""The on-disk caches are never stale, and parallel / cached / plain runs report the same findings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mbmem_lint.pipeline import run_check
+from mbmem_lint.resolve.resolver import ResolveOptions
+from mbmem_lint.settings import Settings
+
+HELPER = """\
+def tune(cfg):
+    cfg.model.pipeline_model_parallel_size = {pp}
+    cfg.model.cpu_offloading = True
+"""
+
+RECIPE = """\
+from megatron.bridge.recipes.llama import llama3_8b_pretrain_config
+from megatron.bridge.training.config import ConfigContainer
+
+from helpers import tune
+
+
+def my_8gpu_h100_config() -> ConfigContainer:
+    cfg = llama3_8b_pretrain_config()
+    tune(cfg)
+    return cfg
+"""
+
+
+def _tree(root: Path, pp: int) -> None:
+    (root / "helpers.py").write_text(HELPER.format(pp=pp), encoding="utf-8")
+    (root / "recipe.py").write_text(RECIPE, encoding="utf-8")
+
+
+def _codes(root: Path, settings: Settings) -> list[str]:
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        run = run_check(["recipe.py"], settings, ResolveOptions(), need_edits=False)
+    finally:
+        os.chdir(old)
+    return sorted(d.code for d in run.diagnostics if d.location.path in ("recipe.py", "helpers.py"))
+
+
+def test_results_cache_follows_imported_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MBMEM_LINT_CACHE_DIR", str(tmp_path / "cache"))
+    settings = Settings(root=tmp_path, cache=True)
+    _tree(tmp_path, pp=2)
+    cold = _codes(tmp_path, settings)
+    assert "MBM205" in cold  # CPU offloading with PP=2, set in the imported helper
+    assert list((tmp_path / "cache").rglob("*.json")), "the run wrote cache entries"
+    assert _codes(tmp_path, settings) == cold  # warm: same findings
+    # Only the *imported* file changes: a cache keyed on recipe.py alone would be stale here.
+    (tmp_path / "helpers.py").write_text(HELPER.format(pp=1), encoding="utf-8")
+    assert "MBM205" not in _codes(tmp_path, settings)
+
+
+def test_results_cache_matches_uncached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MBMEM_LINT_CACHE_DIR", str(tmp_path / "cache"))
+    _tree(tmp_path, pp=4)
+    plain = _codes(tmp_path, Settings(root=tmp_path))
+    cached_cold = _codes(tmp_path, Settings(root=tmp_path, cache=True))
+    cached_warm = _codes(tmp_path, Settings(root=tmp_path, cache=True))
+    assert plain == cached_cold == cached_warm and plain
+
+
+def test_ir_cache_round_trip(tmp_path: Path) -> None:
+    from mbmem_lint.parse.python import lower_module
+    from mbmem_lint.resolve.cache import IRCache
+
+    cache = IRCache(tmp_path)
+    text = "def f():\n    return 1\n"
+    assert cache.get(text) is None
+    body = lower_module(text)
+    cache.put(text, body)
+    assert cache.get(text) == body
+    assert cache.get(text + "\n") is None  # keyed by content
+
+
+@pytest.mark.corpus
+def test_parallel_equals_sequential_on_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mbmem_lint.dev.corpus import ensure_corpus
+
+    corpus = ensure_corpus() / "megatron" / "bridge"
+    paths = [str(corpus / "recipes" / "llama"), str(corpus / "perf_recipes" / "llama"),
+             str(corpus / "recipes" / "qwen"), str(corpus / "recipes" / "common.py")]
+
+    def findings(jobs: str) -> list[tuple[object, ...]]:
+        monkeypatch.setenv("MBMEM_LINT_JOBS", jobs)
+        run = run_check(paths, Settings(), ResolveOptions(), need_edits=False)
+        return [(d.code, d.location.path, d.location.line, d.message, d.function) for d in run.diagnostics]
+
+    sequential = findings("1")
+    assert sequential
+    assert findings("2") == sequential
