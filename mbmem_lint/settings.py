@@ -121,9 +121,7 @@ def path_matches(rel_path: str, pattern: str) -> bool:
         return True
     if "/" not in pattern and fnmatch.fnmatchcase(rel_path.rsplit("/", 1)[-1], pattern):
         return True
-    if pattern.endswith("/**") and (rel_path + "/").startswith(pattern[:-2]):
-        return True
-    return False
+    return pattern.endswith("/**") and (rel_path + "/").startswith(pattern[:-2])
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -8,6 +8,7 @@ with the previous value (equal → kept, different → unknown). Nothing is impo
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import operator
@@ -92,9 +93,9 @@ def join(a: Any, b: Any, why: str) -> Any:
         return None
     if isinstance(a, Ext) and a == b:
         return a
-    if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
-        if all(join(x, y, why) is x for x, y in zip(a, b)):
-            return a
+    if (isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b)
+            and all(join(x, y, why) is x for x, y in zip(a, b))):
+        return a
     return Unknown(why)
 
 
@@ -382,13 +383,10 @@ class Interpreter:
 
     def run_may(self, body: list[Any]) -> None:
         """Run a body whose execution is uncertain; a raise/break in it just ends that path."""
-        try:
+        with contextlib.suppress(_Raise, _Break, _Continue):
             self.run_body(body)
-        except (_Raise, _Break, _Continue):
-            pass
 
     def exec_for(self, s: list[Any]) -> None:
-        f = self.frame
         it = self.iterate(self.eval(s[2]))
         if it is None or len(it) > MAX_LOOP_UNROLL:
             self.enter_may()
@@ -413,7 +411,6 @@ class Interpreter:
             self.run_body(s[4])
 
     def exec_try(self, s: list[Any]) -> None:
-        f = self.frame
         try:
             self.run_body(s[1])
         except _Raise:
@@ -617,7 +614,7 @@ class Interpreter:
                     return Unknown("dict spread of an unknown value")
                 continue
             k = self.eval(key_ir)
-            if isinstance(k, Unknown) or isinstance(k, (list, DictVal, Obj)):
+            if isinstance(k, (Unknown, list, DictVal, Obj)):
                 return Unknown("dict with an unknown key")
             v = self.eval(value_ir)
             dv.slots[k] = Slot(v, self.prov(value_ir[2] if value_ir[0] == "at" else None))
@@ -653,9 +650,8 @@ class Interpreter:
                 s = base.slots.get(key)
                 return s.value if s is not None else Unknown(f"missing key {key!r}")
             if isinstance(base, (list, tuple, str)):
-                if isinstance(key, slice):
-                    if any(isinstance(x, Unknown) for x in (key.start, key.stop, key.step)):
-                        return Unknown("slice with unknown bounds")
+                if isinstance(key, slice) and any(isinstance(x, Unknown) for x in (key.start, key.stop, key.step)):
+                    return Unknown("slice with unknown bounds")
                 return base[key]
         except (IndexError, TypeError, ValueError, KeyError):
             return Unknown("subscript out of range")

@@ -210,11 +210,10 @@ class RuntimeRewriter:
         pp = self.get("model.pipeline_model_parallel_size")
         vp = self.get("model.virtual_pipeline_model_parallel_size")
         vp_size = 1 if vp is None else vp
-        if user.get("tp_comm_overlap") is True:
-            # Bridge turns it off on its private copy of the user settings (comm_overlap.py:444):
-            # cfg.comm_overlap keeps True, the model gets False.
-            if (_is_int(tp) and tp < 2) or sp is False:
-                user["tp_comm_overlap"] = False
+        # Bridge turns TP overlap off on its private copy of the user settings (comm_overlap.py:444):
+        # cfg.comm_overlap keeps True, the model gets False.
+        if user.get("tp_comm_overlap") is True and ((_is_int(tp) and tp < 2) or sp is False):
+            user["tp_comm_overlap"] = False
         model: dict[str, Any] = {
             "tp_comm_overlap": False, "tp_comm_overlap_cfg": None, "defer_embedding_wgrad_compute": False,
             "wgrad_deferral_limit": -1, "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
