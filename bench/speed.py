@@ -152,6 +152,7 @@ def bench(case: Case, n: int, ok_rc: set[int], sample_tree: bool = False, check=
           env: dict[str, str] | None = None, warmup: bool = False) -> Case:
     """Run ``case`` ``n`` times (plus one untimed warm-up of the file cache when ``warmup``)."""
     total = n + (1 if warmup else 0)
+    target = len(case.runs) + n
     for i in range(total):
         if before:
             before()
@@ -165,7 +166,7 @@ def bench(case: Case, n: int, ok_rc: set[int], sample_tree: bool = False, check=
         if warmup and i == 0:
             continue
         case.runs.append(run)
-        print(f"  {case.label:<44} run {len(case.runs)}/{n}: {run.wall_s:7.3f} s  cpu {run.cpu_s:7.2f} s  "
+        print(f"  {case.label:<44} run {len(case.runs)}/{target}: {run.wall_s:7.3f} s  cpu {run.cpu_s:7.2f} s  "
               f"rss {run.maxrss_mb:6.0f} MB" + (f"  tree {run.tree_rss_mb:6.0f} MB" if sample_tree else ""),
               flush=True)
     return case
@@ -405,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             bench(cold, cache_n - 1, {0, 1}, sample_tree=True, before=wipe)
             cases["cache_cold"] = cold
             wipe()
-            bench(Case("cache_fill", "", ccmd, str(proj)), 1, {0, 1})  # fill, untimed
+            bench(Case("cache_fill", "(filling the cache, untimed)", ccmd, str(proj)), 1, {0, 1})
             cases["cache_warm"] = bench(Case("cache_warm", "check <copy>, cache=true, warm", ccmd, str(proj)),
                                         cache_n, {0, 1}, sample_tree=True, check=_json_summary)
         else:

@@ -252,3 +252,75 @@ def test_capacity_finding_and_suggestions() -> None:
     sugg = suggestions(rec, est)
     assert sugg[0].title.startswith("set PYTORCH_CUDA_ALLOC_CONF")
     assert all(s.saving_bytes > 0 for s in sugg)
+
+
+def test_pipeline_layout_string_places_layers_mtp_and_loss() -> None:
+    from mbmem_lint.estimate.pipeline import chunk_passes, parse_layout, stage_plans
+
+    # MCore parse_str_to_list: "(tt|)*2" unrolls to "tt|tt|"; commas are cosmetic.
+    assert parse_layout("Et|(tt|)*2,tmL") == [["E", "t"], ["t", "t"], ["t", "t"], ["t", "m", "L"]]
+    assert parse_layout([["embedding", "decoder"], ["decoder", "mtp", "loss"]]) == [["E", "t"], ["t", "m", "L"]]
+    assert parse_layout("Ex|t") is None
+    inp = _inp(**{"model.num_layers": 6, "model.mtp_num_layers": 1, "model.pipeline_model_parallel_size": 2,
+                  "model.pipeline_model_parallel_layout": "Et|(tt|)*2,tmL"})
+    plans = stage_plans(6, 1, inp.par, inp.par.layout, [])
+    # virtual stage k -> PP rank k % 2: rank 0 gets stages 0, 2; rank 1 gets 1, 3 (MTP layer = index 6).
+    assert [p.chunks for p in plans] == [[[0], [3, 4]], [[1, 2], [5, 6]]]
+    assert (plans[0].embedding, plans[0].loss, plans[1].embedding, plans[1].loss) == (True, False, False, True)
+    # Interleaved warm-up, PP2 v2: rank 0 runs 2*(2-0-1) + (2-1)*2 + 1 = 5 forwards before its first
+    # backward, forward i on chunk (i // 2) % 2 -> chunks 0,0,1,1,0 = [3, 2]; rank 1: 0 + 2 + 1 = 3 -> [2, 1].
+    assert chunk_passes(inp.par, 0, 2, None) == [3.0, 2.0]
+    assert chunk_passes(inp.par, 1, 2, None) == [2.0, 1.0]
+    bad: list[str] = []
+    plans = stage_plans(6, 1, inp.par, "Et|tmL", bad)  # 2 decoder layers != 6: fall back to an even split
+    assert bad and [p.layers for p in plans] == [[0, 1, 2], [3, 4, 5, 6]]
+
+
+def test_moe_terms_alltoall_no_combine_copy() -> None:
+    # T = 2048 tokens, TP1, topk 2 -> 4096 routed copies on this rank (balanced), h 1024, moe_ffn 512, SwiGLU.
+    inp = _inp(**{"model.num_moe_experts": 4, "model.moe_router_topk": 2, "model.moe_ffn_hidden_size": 512,
+                  "model.expert_model_parallel_size": 4})
+    t = layer_terms(inp, 0)
+    assert t["expert_fc1_in"] == 2 * 4096 * 1024  # grouped fc1 input (bf16)
+    assert t["expert_fc1_out"] == 2 * 4096 * 2 * 512  # SwiGLU input
+    assert t["moe_act"] == 2 * 4096 * 512  # fc2 input
+    assert t["moe_probs"] == 4 * 4096  # fp32 permuted probs
+    assert t["router"] == 8 * 2048 * 4
+    assert "expert_combine" not in t  # unpermute runs without probs: nothing saved on the combine side
+
+
+def test_mla_terms_and_up_proj_recompute() -> None:
+    mla = {"model.multi_latent_attention": True, "model.q_lora_rank": 64, "model.kv_lora_rank": 32,
+           "model.qk_head_dim": 16, "model.qk_pos_emb_head_dim": 8, "model.v_head_dim": 16}
+    t = layer_terms(_inp(**mla), 0)
+    T = 2048
+    assert t["mla_qkv"] == 2 * T * 8 * (2 * (16 + 8) + 16)  # query, key (qk+pe), value; 8 heads
+    assert t["mla_down"] == 2 * 2 * T * (64 + 32) + 2 * T * 8  # latents (norm in + out) + k_pos_emb
+    assert "mla_up" not in t  # up-projection outputs are not saved (RoPE saves nothing)
+    from mbmem_lint.estimate.activations import selective_drops
+
+    assert "mla_qkv" in selective_drops(_inp(**mla, **{"model.recompute_granularity": "selective",
+                                                         "model.recompute_modules": ["mla_up_proj"]}))
+
+
+def test_mamba_terms_memory_efficient_path() -> None:
+    # d_inner = 8 heads x 64 = 512, groups*state = 2*16 = 32; T = 2048, TP1, bf16.
+    inp = _inp(**{"model.hybrid_layer_pattern": "M*", "model.mamba_num_heads": 8, "model.mamba_head_dim": 64,
+                  "model.mamba_num_groups": 2, "model.mamba_state_dim": 16})
+    t = layer_terms(inp, 0)
+    assert t["mamba_internal"] == 2 * 2048 * (2 * 512 + 2 * 32 + 8 + 512 + 512)  # zxBCdt, out_x, norm in
+    assert t["mamba_out_proj_in"] == 2 * 2048 * 512
+
+
+def test_shared_expert_lora_and_bf16_grad_buffer() -> None:
+    from mbmem_lint.estimate.params import lora_params
+
+    vals = {"model.num_moe_experts": 4, "model.moe_ffn_hidden_size": 512, "model.expert_model_parallel_size": 2}
+    s = _inp(**vals).shape
+    # shared adapter (default): EP copies of one adapter; fc1: 32*(1024 + 2*512), fc2: 32*(512 + 1024)
+    p = lora_params(s, "lora", 32, ["linear_fc1", "linear_fc2"], 0, expert_copies=2.0)
+    assert p.expert == 2 * (32 * (1024 + 1024) + 32 * (512 + 1024))
+    # Precision-aware optimizer without Megatron-FSDP: DDP grad buffer follows grad_reduce_in_fp32 (bf16 here).
+    inp = _inp(**{"optimizer.use_precision_aware_optimizer": True, "optimizer.main_grads_dtype": "torch.float32",
+                  "ddp.grad_reduce_in_fp32": False})
+    assert inp.prec.grad_bytes == 2

@@ -848,6 +848,11 @@ class Interpreter:
         """Call with memoisation: a function called with literal arguments (``_pretrain_common()``,
         ``bf16_mixed()``, ``llama3_70b_pretrain_config()``) is evaluated once per project; each call
         gets a fresh deep copy whose user-facing anchors point at the new call site."""
+        if fn.module.is_library and fn.name == "get_mixed_precision_config":
+            # Its registry is filled by a decorator (@register) the summary does not run.
+            special = self.project.special_call(fn.qualname)
+            if special is not None:
+                return special(self, args, kwargs, call_loc)
         key = _memo_key(fn, args, kwargs) if not self.may_total else None
         if key is None:
             return self._call_func(fn, args, kwargs, call_loc)

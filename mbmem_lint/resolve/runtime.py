@@ -45,6 +45,12 @@ COMM_OVERLAP_DP_FIELDS = (
 )
 
 
+MIXED_PRECISION_CLASS = "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"
+_PRECISION_FALLBACK_FIELDS = ("params_dtype", "pipeline_dtype", "autocast_dtype", "bf16", "fp16",
+                              "grad_reduce_in_fp32", "fp8", "fp8_recipe", "fp8_param", "fp8_param_gather",
+                              "fp4", "fp4_param", "fp4_param_gather")
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -167,6 +173,10 @@ class RuntimeRewriter:
             self.set("mixed_precision", preset, f"preset {mp!r} resolved from MIXED_PRECISION_RECIPES",
                      ["mixed_precision"])
             mp = preset
+        if isinstance(mp, Unknown):
+            for section in ("model", "optimizer", "ddp"):
+                self._havoc_precision(section, f"cfg.mixed_precision is not known ({mp.reason})")
+            return
         if not isinstance(mp, Obj):
             return
         # finalize(): fp8_param / fp4_param default to the *_param_gather flags.
@@ -185,7 +195,10 @@ class RuntimeRewriter:
                          "(training/mixed_precision.py:138)", ["mixed_precision", f"mixed_precision.{name}"])
 
     def _havoc_precision(self, section: str, why: str) -> None:
-        for name in ("params_dtype", "bf16", "fp16", "grad_reduce_in_fp32", "fp8", "fp8_param_gather"):
+        """Every field the unknown precision recipe would copy onto ``section`` is unknown."""
+        schema = self.interp.project.schema_class(MIXED_PRECISION_CLASS)
+        names = list(schema.fields) if schema is not None else list(_PRECISION_FALLBACK_FIELDS)
+        for name in names:
             if self.has_field(section, name):
                 self.set(f"{section}.{name}", Unknown(why), why, ["mixed_precision"])
 

@@ -1,0 +1,1 @@
+"""Differential check harness (see bench/differential_check.py and docs/differential-check.md)."""
