@@ -13,6 +13,7 @@ indexed and used as a decorator, so module-level code such as ``class X(te.pytor
 
 from __future__ import annotations
 
+import abc
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -21,7 +22,7 @@ import types
 from typing import Any
 
 
-class _DummyMeta(type):
+class _DummyMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)

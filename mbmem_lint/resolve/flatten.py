@@ -135,16 +135,17 @@ class FieldMap(Mapping[str, ResolvedField]):
                 return
             seen.add(id(obj))
             objects[prefix] = obj
-            for table in (obj.slots, obj.invalid):
-                for name, slot in table.items():
-                    path = f"{prefix}.{name}" if prefix else name
-                    explicit[path] = _field(slot.value, slot.prov)
-                    v = slot.value
-                    if isinstance(v, Obj):
-                        walk(v, path, depth + 1)
-                    elif isinstance(v, DictVal):
-                        for key, ks in v.slots.items():
-                            explicit[f"{path}.{key}"] = _field(ks.value, ks.prov)
+            # Attributes that are not fields (typos Bridge skips) are left out of the listing: they
+            # are not part of the config (rules see them as writes with valid_field=False).
+            for name, slot in obj.slots.items():
+                path = f"{prefix}.{name}" if prefix else name
+                explicit[path] = _field(slot.value, slot.prov)
+                v = slot.value
+                if isinstance(v, Obj):
+                    walk(v, path, depth + 1)
+                elif isinstance(v, DictVal):
+                    for key, ks in v.slots.items():
+                        explicit[f"{path}.{key}"] = _field(ks.value, ks.prov)
 
         walk(self.root, "", 0)
         self._explicit, self._objects = explicit, objects
