@@ -286,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                          ".cache/bench-pycache, as an installed package has it)")
     ap.add_argument("--output", default=str(REPO / "BENCHMARKS.md"), help="Markdown report ('' = none)")
     ap.add_argument("--json", help="also write the raw results as JSON")
+    ap.add_argument("--from-json", help="only re-render the Markdown from a JSON file written by --json")
     args = ap.parse_args(argv)
+    if args.from_json:
+        return rerender(Path(args.from_json), args.output)
     n = args.runs
     fixit_n = args.fixit_runs or n
     scale_n = args.scale_runs or n
@@ -430,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(work / f"scale_{k}", ignore_errors=True)
     finally:
         info["load_end"] = loadavg()
+        end = machine_info()
+        info["commit_end"], info["uncommitted_end"] = end["commit"], end["uncommitted_tool_files"]
         shutil.rmtree(work, ignore_errors=True)
 
     results = {"machine": info, "fixit_versions": versions, "corpus": {"path": str(bridge), "files": len(files),
@@ -450,6 +455,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- report
+
+
+def rerender(path: Path, output: str) -> int:
+    results = json.loads(path.read_text())
+    cases = {}
+    for key, c in results["cases"].items():
+        case = Case(key, c["label"], c["cmd"], c["cwd"], [Run(**r) for r in c["runs"]], list(c["notes"]))
+        cases[key] = case
+    table = render(results, cases, results["scaling"], Path(results["corpus"]["path"]),
+                   Path(results["cases"]["python"]["cwd"]))
+    if output:
+        Path(output).write_text(table)
+    print(table)
+    return 0
+
 
 
 def _fmt_cmd(cmd: list[str], bridge: Path, work: Path, mbmem_dir: Path) -> str:
@@ -499,6 +519,13 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
           f"scaling {results['runs']['scale']}, cache {results['runs']['cache']}); one untimed warm-up run "
           "before the start-up and one-file cases |", ""]
 
+    for w in results.get("warnings", []):
+        L += [f"> **Warning:** {w}", ""]
+    if m.get("commit_end") and (m["commit_end"], m.get("uncommitted_end")) != (m["commit"],
+                                                                              m["uncommitted_tool_files"]):
+        L += [f"> **Warning:** mbmem-lint changed while the bench ran (commit {m['commit']} → {m['commit_end']}, "
+              f"uncommitted tool files {m['uncommitted_tool_files']} → {m.get('uncommitted_end')}): the cases "
+              "did not all time the same code.", ""]
     L += ["## Results", "",
           "Wall time in seconds. *spread* = max − min. *CPU* = user+sys of the process and every child it "
           "waited for (median). *RSS max* = largest single process (`wait4` rusage); *RSS tree* = peak of "
@@ -547,11 +574,12 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
         L += ["## Scaling", "",
               "`mbmem-lint check --format json` over k copies of the corpus (`$TMP/scale_k/copy_i/megatron/"
               "bridge/{recipes,perf_recipes}`; the copies re-use module names).", "",
-              "| copies | files | recipes | median (s) | min (s) | ms / file | vs 1× per file | CPU (s) | RSS tree (MB) |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| copies | files | recipes | median (s) | min (s) | ms / file | vs 1× per file | CPU (s) | CPU ms / file | RSS tree (MB) |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in scaling:
             L.append(f"| {row['copies']}× | {row['files']} | {row['recipes']} | {row['median_s']:.2f} | {row['min_s']:.2f} | "
                      f"{row['ms_per_file']:.1f} | {row['ms_per_file'] / base:.2f} | {row['cpu_median_s']:.1f} | "
+                     f"{1000 * row['cpu_median_s'] / row['files']:.1f} | "
                      f"{max(row['tree_rss_mb'], row['maxrss_mb']):.0f} |")
         if len(scaling) > 1:
             marg = []
@@ -563,7 +591,9 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
             L += ["", f"Marginal cost per added file ({desc}) against {base:.1f} ms/file at 1× (which includes "
                   f"start-up): growth is {'linear or better' if linear else '**worse than linear**'} "
                   f"(time per file at {scaling[-1]['copies']}× is {scaling[-1]['ms_per_file'] / base:.2f}× the 1× "
-                  "figure; linear or better = at most 1.25×)."]
+                  "figure; linear or better = at most 1.25×). CPU time per file: "
+                  + ", ".join(f"{r['copies']}× {1000 * r['cpu_median_s'] / r['files']:.1f} ms" for r in scaling)
+                  + " (CPU time is the steadier measure when the machine is shared)."]
             rec = [r["recipes"] for r in scaling]
             if any(r != rec[0] * s["copies"] for r, s in zip(rec, scaling)):
                 L += ["", "Recipes resolved per scale: " + ", ".join(f"{s['copies']}×: {r}" for r, s in
@@ -586,7 +616,9 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
     L += ["```", "",
           "Fixit runs with no configuration of its own (none is found above the corpus), i.e. its default "
           "enabled rules (`fixit.rules`); it prints the number of files it checked, which the bench checks "
-          "against the corpus file count.", ""]
+          "against the corpus file count. Fixit honours `.gitignore`: when the corpus lies in a gitignored folder "
+          "(the default `.cache/corpus` of this repository) it checks 0 files, so the bench then lints a plain "
+          "copy under `$TMP` (said in the notes above).", ""]
     return "\n".join(L) + "\n"
 
 

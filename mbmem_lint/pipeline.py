@@ -204,6 +204,12 @@ def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveO
     import multiprocessing
 
     global _WORK
+    from mbmem_lint.resolve.library import LibrarySummary
+    from mbmem_lint.resolve.schema import Schema
+
+    # Loaded once before forking: the workers share these pages instead of each loading a copy.
+    Schema.load()
+    LibrarySummary.load()
     paths = sorted(s.path for s in found.python)
     size = -(-len(paths) // jobs)
     chunks = [paths[i:i + size] for i in range(0, len(paths), size)]

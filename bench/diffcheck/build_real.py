@@ -55,6 +55,7 @@ import stubs  # noqa: E402
 STUB_ROOTS = {
     "transformer_engine",
     "megatron.energon",
+    "modelopt",
 }
 
 

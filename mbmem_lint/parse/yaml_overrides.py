@@ -37,8 +37,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ruamel.yaml.error import YAMLError
-
 from mbmem_lint.diagnostics import Diagnostic, Location, Severity
 
 
@@ -716,6 +714,8 @@ def load_override_file(path: str, text: str) -> OverrideFile:
             _diag(FILE_SKIPPED, "warning", "skipped: binary file (contains NUL bytes)", Location(path, 1, 1))
         )
         return result
+    from ruamel.yaml.error import YAMLError  # imported here: runs without YAML files never load ruamel
+
     loader = _Loader(path, text, time.monotonic() + TIME_BUDGET_S)
     loader.result.recipe_ref = result.recipe_ref
     try:

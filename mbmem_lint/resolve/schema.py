@@ -14,6 +14,7 @@ import functools
 import gzip
 import json
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -84,15 +85,15 @@ def _common_prefix_len(a: str, b: str) -> int:
     return n
 
 
-class Schema:
-    """Dataclass schema lookup: classes by qualified or simple name, fields, subclassing."""
+class _LazyClasses(Mapping[str, ClassSchema]):
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self._raw = raw
+        self._built: dict[str, ClassSchema] = {}
 
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.generator: dict[str, str] = dict(data.get("generator", {}))
-        self.classes: dict[str, ClassSchema] = {}
-        self._by_name: dict[str, list[str]] = {}
-        self._closest: dict[tuple[str, str, int], list[str]] = {}
-        for qual, spec in data.get("classes", {}).items():
+    def __getitem__(self, qual: str) -> ClassSchema:
+        cls = self._built.get(qual)
+        if cls is None:
+            spec = self._raw[qual]
             fields = {
                 fname: FieldSchema(
                     name=fname,
@@ -104,8 +105,31 @@ class Schema:
                 for fname, f in spec.get("fields", {}).items()
             }
             cls = ClassSchema(qualname=qual, bases=list(spec.get("bases", [])), fields=fields)
-            self.classes[qual] = cls
-            self._by_name.setdefault(cls.name, []).append(qual)
+            self._built[qual] = cls
+        return cls
+
+    def __contains__(self, qual: object) -> bool:
+        return qual in self._raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+class Schema:
+    """Dataclass schema lookup: classes by qualified or simple name, fields, subclassing."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.generator: dict[str, str] = dict(data.get("generator", {}))
+        raw: dict[str, Any] = data.get("classes", {})
+        # Class objects are built on first use: a run touches a few dozen of the ~350 classes.
+        self.classes: Mapping[str, ClassSchema] = _LazyClasses(raw)
+        self._by_name: dict[str, list[str]] = {}
+        self._closest: dict[tuple[str, str, int], list[str]] = {}
+        for qual in raw:
+            self._by_name.setdefault(qual.rsplit(".", 1)[-1], []).append(qual)
         for quals in self._by_name.values():
             quals.sort()
 
