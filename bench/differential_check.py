@@ -223,7 +223,7 @@ def main() -> int:
     for sec, c in sorted(res["per_section"].items(), key=lambda kv: -sum(kv[1].values())):
         print(f"{sec:34} {sum(c.values()):8d} {pct(c, 'agree')} {pct(c, 'disagree')} {pct(c, 'unknown')} "
               f"{pct(c, 'missing')} {pct(c, 'opaque')}")
-    print(f"\ntop disagreeing fields (recipes disagreeing / compared):")
+    print("\ntop disagreeing fields (recipes disagreeing / compared):")
     top = sorted(res["per_field"].items(), key=lambda kv: -kv[1]["disagree"])
     for path, c in top[: args.examples]:
         if not c["disagree"]:
@@ -231,13 +231,13 @@ def main() -> int:
         ex = res["examples"][path][0]
         print(f"  {path:58} {c['disagree']:4d}/{sum(c.values()):<4d} e.g. {ex['recipe'].split('/', 1)[-1]}: "
               f"real={json.dumps(ex['real'])[:60]} mbmem={json.dumps(ex['mbmem'])[:60]} ({ex['origin']})")
-    print(f"\ntop unknown fields:")
+    print("\ntop unknown fields:")
     for path, c in sorted(res["per_field"].items(), key=lambda kv: -kv[1]["unknown"])[:12]:
         if not c["unknown"]:
             break
         reason = res["unknown_reasons"][path].most_common(1)[0][0]
         print(f"  {path:58} {c['unknown']:4d}  {reason}")
-    print(f"\ntop missing fields (real path mbmem-lint does not have):")
+    print("\ntop missing fields (real path mbmem-lint does not have):")
     for path, c in sorted(res["per_field"].items(), key=lambda kv: -kv[1]["missing"])[:12]:
         if not c["missing"]:
             break

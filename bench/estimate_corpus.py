@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import time
 import traceback
-from pathlib import Path
 
-from mbmem_lint.dev.corpus import ensure_corpus, recipe_files
+from mbmem_lint.dev.corpus import corpus_cwd, ensure_corpus
 from mbmem_lint.estimate.api import estimate_recipe
 from mbmem_lint.estimate.types import Estimate, EstimateUnavailable
 from mbmem_lint.pipeline import resolve_paths
@@ -37,17 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all-gpus", action="store_true", help="also list non-H100 recipes that do not fit")
     args = ap.parse_args(argv)
     corpus = ensure_corpus()
-    bridge = corpus / "megatron" / "bridge"
-    files = recipe_files(corpus)
-    old = os.getcwd()
-    os.chdir(bridge)
-    try:
-        rel = [str(Path(f).relative_to(bridge)) for f in files]
+    with corpus_cwd(corpus) as rel:
         t0 = time.perf_counter()
         run = resolve_paths(rel, Settings(), ResolveOptions())
         t_resolve = time.perf_counter() - t0
-    finally:
-        os.chdir(old)
     recipes = run.recipes
     crashes: list[str] = []
     unavailable: list[tuple[str, str]] = []
@@ -62,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - a crash is what this bench counts
             crashes.append(f"{name}\n{traceback.format_exc()}")
     t_est = time.perf_counter() - t1
-    print(f"{len(files)} files, {len(recipes)} recipe functions; resolve {t_resolve:.2f}s, "
+    print(f"{len(rel)} files, {len(recipes)} recipe functions; resolve {t_resolve:.2f}s, "
           f"estimate all {t_est:.3f}s ({t_est / max(1, len(recipes)) * 1e3:.2f} ms/recipe)")
     print(f"crashes: {len(crashes)}")
     kinds = collections.Counter(c.strip().splitlines()[-1][:160] for c in crashes)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from mbmem_lint.check.registry import all_rules
-from mbmem_lint.dev.corpus import ensure_corpus, recipe_files
+from mbmem_lint.dev.corpus import corpus_cwd, ensure_corpus
 from mbmem_lint.pipeline import run_check
 from mbmem_lint.resolve.resolver import ResolveOptions
 from mbmem_lint.settings import Settings
@@ -28,22 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write all findings as JSON")
     args = ap.parse_args(argv)
     corpus = ensure_corpus()
-    bridge = corpus / "megatron" / "bridge"
-    files = recipe_files(corpus)
-    old = os.getcwd()
-    os.chdir(bridge)
-    try:
-        rel = [str(Path(f).relative_to(bridge)) for f in files]
+    with corpus_cwd(corpus) as rel:
         t0 = time.perf_counter()
         run = run_check(rel, Settings(), ResolveOptions())
         dt = time.perf_counter() - t0
-    finally:
-        os.chdir(old)
     diags = run.diagnostics
     by_code = collections.Counter(d.code for d in diags)
     sev = {r.code: r.severity for r in all_rules()}
     names = {r.code: r.name for r in all_rules()}
-    print(f"{len(files)} files, {run.functions_seen} functions seen, {len(run.failed)} failed to resolve, "
+    print(f"{len(rel)} files, {run.functions_seen} functions seen, {len(run.failed)} failed to resolve, "
           f"{len(diags)} findings in {dt:.1f}s")
     crashes = [d for d in diags if d.code == "MBM001"]
     print(f"rule crashes (MBM001): {len(crashes)}")

@@ -14,27 +14,10 @@ import sys
 import time
 from collections import Counter
 
-from mbmem_lint.dev.corpus import ensure_corpus, recipe_files
+from mbmem_lint.dev.corpus import KEY_FIELDS, ensure_corpus, recipe_files
 from mbmem_lint.pipeline import resolve_paths
 from mbmem_lint.resolve.resolver import ResolveOptions
 from mbmem_lint.settings import Settings
-
-KEY_FIELDS = {
-    "TP": "model.tensor_model_parallel_size",
-    "PP": "model.pipeline_model_parallel_size",
-    "VPP": "model.virtual_pipeline_model_parallel_size",
-    "CP": "model.context_parallel_size",
-    "EP": "model.expert_model_parallel_size",
-    "SP": "model.sequence_parallel",
-    "MBS": "train.micro_batch_size",
-    "GBS": "train.global_batch_size",
-    "seq_length": "model.seq_length",
-    "recompute_granularity": "model.recompute_granularity",
-    "use_distributed_optimizer": "optimizer.use_distributed_optimizer",
-    "num_layers": "model.num_layers",
-    "hidden_size": "model.hidden_size",
-    "num_attention_heads": "model.num_attention_heads",
-}
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mbmem_lint.dev.corpus import ensure_corpus, recipe_files
+from mbmem_lint.dev.corpus import KEY_FIELDS, SHAPE_KEYS, ensure_corpus, recipe_files
 from mbmem_lint.pipeline import resolve_paths
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions
@@ -24,22 +24,9 @@ from mbmem_lint.settings import Settings
 
 pytestmark = pytest.mark.corpus
 
-KEY_95 = {
-    "TP": "model.tensor_model_parallel_size",
-    "PP": "model.pipeline_model_parallel_size",
-    "VPP": "model.virtual_pipeline_model_parallel_size",
-    "CP": "model.context_parallel_size",
-    "EP": "model.expert_model_parallel_size",
-    "SP": "model.sequence_parallel",
-    "MBS": "train.micro_batch_size",
-    "GBS": "train.global_batch_size",
-    "seq_length": "model.seq_length",
-    "recompute_granularity": "model.recompute_granularity",
-    "use_distributed_optimizer": "optimizer.use_distributed_optimizer",
-}
+KEY_95 = {k: v for k, v in KEY_FIELDS.items() if k not in SHAPE_KEYS}
 SHAPE_FLOOR = 0.67  # measured 0.676 (496 of 734)
-SHAPE = {"num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
-         "num_attention_heads": "model.num_attention_heads"}
+SHAPE = {k: KEY_FIELDS[k] for k in SHAPE_KEYS}
 # Public annotated recipe functions the resolver cannot turn into a ConfigContainer, and why.
 EXPECTED_UNRESOLVED = {
     # calls megatron.bridge.diffusion.recipes.wan.wan.wan_14b_pretrain_config, which is outside

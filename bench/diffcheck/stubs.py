@@ -46,9 +46,11 @@ class Dummy(metaclass=_DummyMeta):
             self._wrapped = args[0]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        wrapped = getattr(self, "_wrapped", None)
+        wrapped = self.__dict__.get("_wrapped")
         if wrapped is not None:
             return wrapped(*args, **kwargs)
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]  # ``@stub.decorator(...)`` applied to a function: identity
         return Dummy()
 
     def __getattr__(self, name: str) -> Any:

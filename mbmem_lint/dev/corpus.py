@@ -6,10 +6,12 @@ Never committed: ``ensure_corpus()`` fetches them with ``pip download`` into ``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 MEGATRON_BRIDGE = "megatron-bridge==0.6.2"
@@ -54,3 +56,36 @@ def recipe_files(corpus: Path) -> list[Path]:
     bridge = corpus / "megatron" / "bridge"
     files = list((bridge / "recipes").rglob("*.py")) + list((bridge / "perf_recipes").rglob("*.py"))
     return sorted(files)
+
+
+# The fields issue 2's acceptance asks the resolver to know for >= 95% of corpus recipes.
+KEY_FIELDS: dict[str, str] = {
+    "TP": "model.tensor_model_parallel_size",
+    "PP": "model.pipeline_model_parallel_size",
+    "VPP": "model.virtual_pipeline_model_parallel_size",
+    "CP": "model.context_parallel_size",
+    "EP": "model.expert_model_parallel_size",
+    "SP": "model.sequence_parallel",
+    "MBS": "train.micro_batch_size",
+    "GBS": "train.global_batch_size",
+    "seq_length": "model.seq_length",
+    "recompute_granularity": "model.recompute_granularity",
+    "use_distributed_optimizer": "optimizer.use_distributed_optimizer",
+    "num_layers": "model.num_layers",
+    "hidden_size": "model.hidden_size",
+    "num_attention_heads": "model.num_attention_heads",
+}
+SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads")
+
+
+@contextlib.contextmanager
+def corpus_cwd(corpus: Path) -> Iterator[list[str]]:
+    """Work inside ``megatron/bridge`` of the corpus; yields the recipe files relative to it
+    (so findings read ``recipes/llama/...`` rather than absolute paths)."""
+    bridge = corpus / "megatron" / "bridge"
+    old = os.getcwd()
+    os.chdir(bridge)
+    try:
+        yield [str(Path(f).relative_to(bridge)) for f in recipe_files(corpus)]
+    finally:
+        os.chdir(old)
