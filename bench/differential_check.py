@@ -119,7 +119,8 @@ def compare(real: dict[str, Any], resolved: dict[tuple[str, str], Any]) -> dict[
     per_field: dict[str, Counter[str]] = defaultdict(Counter)
     examples: dict[str, list[dict[str, Any]]] = defaultdict(list)
     unknown_reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    name_normalised = 0
+    name_normalised: Counter[str] = Counter()
+    per_origin: dict[str, Counter[str]] = defaultdict(Counter)
     extra_real = Counter()
     mine_only: Counter[str] = Counter()
     per_recipe: dict[str, Counter[str]] = {}
@@ -150,20 +151,21 @@ def compare(real: dict[str, Any], resolved: dict[tuple[str, str], Any]) -> dict[
                     cls = "agree"
                 elif same_name(rv, mv):
                     cls = "agree"
-                    name_normalised += 1
+                    name_normalised[path] += 1
                 else:
                     cls = "disagree"
                     if len(examples[path]) < 6:
                         examples[path].append({"recipe": key, "real": rv, "mbmem": _norm(mv),
                                                "origin": r.fields[path].origin})
             totals[cls] += 1
+            per_origin[r.fields[path].origin if path in r.fields else "-"][cls] += 1
             per_section[section_of(path)][cls] += 1
             per_field[path][cls] += 1
             rc[cls] += 1
         mine_only.update(p for p in r.fields if p not in rec["fields"] and p != "env_vars")
         per_recipe[key] = rc
     return {"matched": matched, "totals": totals, "per_section": per_section, "per_field": per_field,
-            "examples": examples, "unknown_reasons": unknown_reasons, "name_normalised": name_normalised,
+            "examples": examples, "unknown_reasons": unknown_reasons, "name_normalised": name_normalised, "per_origin": per_origin,
             "extra_real": extra_real, "mine_only": mine_only, "per_recipe": per_recipe}
 
 
@@ -218,7 +220,11 @@ def main() -> int:
     known = tot["agree"] + tot["disagree"]
     if known:
         print(f"  agreement where mbmem-lint knows the value: {tot['agree'] / known:.2%} "
-              f"({res['name_normalised']} by dotted-name normalisation)")
+              f"({sum(res['name_normalised'].values())} by dotted-name normalisation, in "
+              f"{len(res['name_normalised'])} fields: {', '.join(sorted(res['name_normalised']))[:300]})")
+    print(f"\n{'mbmem-lint origin':34} {'fields':>8} {'agree':>7} {'disagr':>7} {'unknown':>7}")
+    for origin, c in sorted(res["per_origin"].items(), key=lambda kv: -sum(kv[1].values())):
+        print(f"{origin:34} {sum(c.values()):8d} {pct(c, 'agree')} {pct(c, 'disagree')} {pct(c, 'unknown')}")
     print(f"\n{'section':34} {'fields':>8} {'agree':>7} {'disagr':>7} {'unknown':>7} {'missing':>7} {'opaque':>7}")
     for sec, c in sorted(res["per_section"].items(), key=lambda kv: -sum(kv[1].values())):
         print(f"{sec:34} {sum(c.values()):8d} {pct(c, 'agree')} {pct(c, 'disagree')} {pct(c, 'unknown')} "
@@ -258,7 +264,8 @@ def main() -> int:
             "versions": real["versions"], "built": len(real["recipes"]), "skipped": real["skipped"],
             "errors": real["errors"], "import_errors": real["import_errors"], "not_called": real["not_called"],
             "stubbed_modules": real.get("stubbed_modules"), "matched": res["matched"],
-            "unmatched_real": unmatched_real, "totals": dict(tot), "name_normalised": res["name_normalised"],
+            "unmatched_real": unmatched_real, "totals": dict(tot), "name_normalised": dict(res["name_normalised"]),
+            "per_origin": {k: dict(v) for k, v in res["per_origin"].items()},
             "per_section": {k: dict(v) for k, v in res["per_section"].items()},
             "per_field": {k: dict(v) for k, v in res["per_field"].items()},
             "examples": res["examples"], "extra_real": dict(res["extra_real"]),

@@ -130,6 +130,8 @@ def encode(v: Any) -> Any:
     """A JSON value for a leaf; opaque objects become ``"<opaque module.Class>"``."""
     import torch
 
+    if isinstance(v, enum.Enum):  # before int/str: IntEnum members (signal.SIGTERM) keep their name
+        return f"{_qual(type(v))}.{v.name}"
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):

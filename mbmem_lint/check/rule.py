@@ -258,17 +258,29 @@ class RuleContext:
         return True
 
     # -- writes -------------------------------------------------------------------------------------
+    def _write_index(self) -> tuple[dict[str, list[Write]], dict[str, int]]:
+        """Writes by path and each path's last position, built once per recipe (rules ask often)."""
+        cached = self.r.__dict__.get("_write_index")
+        if cached is None:
+            by_path: dict[str, list[Write]] = {}
+            order: dict[str, int] = {}
+            for i, w in enumerate(self.r.writes):
+                by_path.setdefault(w.path, []).append(w)
+                order[w.path] = i
+            cached = self.r.__dict__["_write_index"] = (by_path, order)
+        return cached
+
     def writes(self, path: str) -> list[Write]:
-        return [w for w in self.r.writes if w.path == path]
+        return list(self._write_index()[0].get(path, ()))
 
     def last_write(self, path: str) -> Write | None:
-        ws = self.writes(path)
+        ws = self._write_index()[0].get(path)
         return ws[-1] if ws else None
 
     def user_write(self, path: str) -> Write | None:
         """The last write before runtime rewrites (what the recipe, library or overrides set)."""
-        for w in reversed(self.r.writes):
-            if w.path == path and w.origin != "runtime":
+        for w in reversed(self._write_index()[0].get(path, ())):
+            if w.origin != "runtime":
                 return w
         return None
 
@@ -291,7 +303,7 @@ class RuleContext:
 
     def recent(self, paths: list[str]) -> list[str]:
         """``paths`` with the most recently written first: findings point at the latest change."""
-        order = {w.path: i for i, w in enumerate(self.r.writes)}
+        order = self._write_index()[1]
         return sorted(paths, key=lambda p: -order.get(p, -1))
 
     # -- fixes ----------------------------------------------------------------------------------------

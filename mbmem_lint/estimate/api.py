@@ -22,6 +22,7 @@ from mbmem_lint.estimate.overheads import (
     fragmentation_component,
     runtime_components,
 )
+from mbmem_lint.estimate.params import layer_sublayers
 from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
 from mbmem_lint.resolve.resolved import ResolvedRecipe
@@ -46,12 +47,21 @@ def _activation_components(inp: Inputs, plan: StagePlan) -> tuple[list[Component
     offl = offloaded_terms(inp)
     chunk_layers: list[list[float]] = []
     offloaded = 0.0
+    # Layers of the same kind have the same terms: compute each kind once (deep models, many calls).
+    by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
     for chunk in plan.chunks:
         vals: list[float] = []
         for i in chunk:
-            terms = layer_terms(inp, i)
-            vals.append(sum(v for k, v in terms.items() if k not in dropped and k not in offl))
-            offloaded += sum(v for k, v in terms.items() if k in offl and k not in dropped)
+            kind = tuple(layer_sublayers(inp.shape, i))
+            hit = by_kind.get(kind)
+            if hit is None:
+                terms = layer_terms(inp, i)
+                hit = by_kind[kind] = (
+                    sum(v for k, v in terms.items() if k not in dropped and k not in offl),
+                    sum(v for k, v in terms.items() if k in offl and k not in dropped),
+                )
+            vals.append(hit[0])
+            offloaded += hit[1]
         chunk_layers.append(vals)
     per_layer = [x for vals in chunk_layers for x in vals]
     comps: list[Component] = []

@@ -7,6 +7,7 @@ from mbmem_lint.estimate.params import (
     Params,
     embedding_params,
     layer_params,
+    layer_sublayers,
     lora_params,
     norm_params,
     output_params,
@@ -28,11 +29,19 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
     s = inp.shape
     base = Params()
     adapters = Params()
+    by_kind: dict[tuple[object, ...], tuple[Params, Params | None]] = {}  # same kind, same parameters
     for i in layers:
-        base = base + layer_params(s, i)
-        if inp.peft is not None:
-            copies = float(inp.par.ep * inp.par.etp) if inp.peft.share_expert_adapters else None
-            adapters = adapters + lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, i, copies)
+        kind = (i >= s.num_layers, *layer_sublayers(s, i))  # MTP layers add their projection
+        hit = by_kind.get(kind)
+        if hit is None:
+            ad = None
+            if inp.peft is not None:
+                copies = float(inp.par.ep * inp.par.etp) if inp.peft.share_expert_adapters else None
+                ad = lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, i, copies)
+            hit = by_kind[kind] = (layer_params(s, i), ad)
+        base = base + hit[0]
+        if hit[1] is not None:
+            adapters = adapters + hit[1]
     has_mtp = any(i >= s.num_layers for i in layers)
     if last:
         base = base + Params(rep=norm_params(s, s.hidden))
