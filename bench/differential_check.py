@@ -61,7 +61,7 @@ def run_real(venv: Path, family: str | None, limit: int | None, out: Path) -> di
         cmd += ["--limit", str(limit)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     os.unlink(models)
     if proc.returncode != 0 or not out.is_file():
         sys.stderr.write(proc.stderr[-6000:])
@@ -251,11 +251,11 @@ def main() -> int:
     if real["errors"]:
         print("\nrecipes that raised when built for real:")
         for k, v in list(real["errors"].items())[:15]:
-            print(f"  {k}: {v[:160]}")
+            print(f"  {k}: {' '.join(v.split())[:160]}")
     if real["import_errors"]:
         print("\nmodules that failed to import:")
         for k, v in list(real["import_errors"].items())[:15]:
-            print(f"  {k}: {v[:160]}")
+            print(f"  {k}: {' '.join(v.split())[:160]}")
     skipped_ids = Counter(v for v in real["skipped"].values())
     if skipped_ids:
         print(f"\nskipped (HF id not in the model table): {len(real['skipped'])} recipes, {len(skipped_ids)} ids")

@@ -214,6 +214,8 @@ def recipe_modules(bridge_root: Path, family: str | None) -> list[tuple[str, str
 def _is_recipe_function(name: str, fn: Any, module: str) -> bool:
     if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != module:
         return False
+    if fn.__name__ != name:  # module-level alias (``x_full_iteration_config = x_config``): built once
+        return False
     ann = str(inspect.signature(fn).return_annotation)
     return name.endswith("_config") or "ConfigContainer" in ann
 
