@@ -179,6 +179,10 @@ def _default_value(d: dict[str, Any], name: str) -> Any:
     if "symbol" in d:
         return d["symbol"]
     if "factory" in d:
+        from mbmem_lint.resolve.schema import Schema
+
+        if Schema.load().get(str(d["factory"])) is None:  # a function computes it at runtime
+            return Unknown(f"default of {name} is computed by {d['factory']}()")
         return {"_target_": d["factory"]}
     if d.get("required"):
         return Unknown(f"required field {name} not set")

@@ -187,7 +187,17 @@ class Interpreter:
         obj = Obj(cls, schema, call_prov)
         for name, value, p in kwargs:
             self.set_attr(obj, name, value, p)
+        hook = _POST_INIT.get(cls.rsplit(".", 1)[-1]) if cls.startswith("megatron.") else None
+        if hook is not None:
+            hook(self, obj)
         return obj
+
+    def derive(self, obj: Obj, name: str, value: Any, why: str) -> None:
+        """A value a constructor computes (``__post_init__``/``__init__``), recorded as a default."""
+        if obj.schema is not None and name not in obj.schema.fields:
+            return
+        p = obj.created
+        obj.slots[name] = Slot(value, Prov(p.loc, p.anchor, "default", p.seq, p.stmt, None, p.function, note=why))
 
     def default_value(self, obj: Obj, name: str) -> tuple[bool, Any]:
         """(found, value) of the schema default of ``obj.name``; materialises factories."""
@@ -992,7 +1002,7 @@ class Interpreter:
         kw = {k: v for k, v, _ in kwargs}
         if isinstance(t, HFModel):
             if name in ("to_megatron_provider", "to_provider"):
-                return self.project.provider_for(self, t.hf_id, self.prov(call_loc))
+                return self.project.provider_for(self, t.hf_id, self.prov(call_loc), t.revision)
             return Unknown(f"{name}() of a Hugging Face model handle")
         if isinstance(t, str):
             return _str_method(t, name, args)
@@ -1120,6 +1130,42 @@ _BINOPS: dict[str, Callable[[Any, Any], Any]] = {
 _CMP: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
     ">=": operator.ge,
+}
+
+def _slot_value(interp: Interpreter, obj: Obj, name: str) -> Any:
+    slot = interp.get_slot(obj, name)
+    return slot.value if slot is not None else Unknown(f"{name} not set")
+
+
+def _post_init_checkpoint(interp: Interpreter, obj: Obj) -> None:
+    # megatron/training/config/training_config.py:632: without async_save the strategy is "mcore".
+    if _slot_value(interp, obj, "async_save") is False:
+        interp.derive(obj, "async_strategy", "mcore", "CheckpointConfig.__post_init__: no async_save")
+
+
+def _post_init_tokenizer(interp: Interpreter, obj: Obj) -> None:
+    # megatron/bridge/training/tokenizers/config.py:93: Bridge pads the vocabulary itself.
+    interp.derive(obj, "pad_vocab_size", False, "TokenizerConfig.__post_init__")
+
+
+def _post_init_gpt_dataset(interp: Interpreter, obj: Obj) -> None:
+    # megatron/bridge/training/config.py:278: __init__ passes seq_length as MCore's sequence_length.
+    interp.derive(obj, "sequence_length", _slot_value(interp, obj, "seq_length"), "GPTDatasetConfig.__init__")
+
+
+def _post_init_mixed_precision(interp: Interpreter, obj: Obj) -> None:
+    # __setattr__ keeps fp8_param/fp8_param_gather equal while __init__ assigns the fields in order
+    # (fp8_param first, then fp8_param_gather): both end as the *_param_gather value.
+    for param, gather in (("fp8_param", "fp8_param_gather"), ("fp4_param", "fp4_param_gather")):
+        if param not in obj.slots or gather in obj.slots:
+            interp.derive(obj, param, _slot_value(interp, obj, gather), "MixedPrecisionConfig.__setattr__ sync")
+
+
+_POST_INIT: dict[str, Callable[[Interpreter, Obj], None]] = {
+    "CheckpointConfig": _post_init_checkpoint,
+    "TokenizerConfig": _post_init_tokenizer,
+    "GPTDatasetConfig": _post_init_gpt_dataset,
+    "MixedPrecisionConfig": _post_init_mixed_precision,
 }
 
 _MP_SYNCED = {"fp8_param": "fp8_param_gather", "fp8_param_gather": "fp8_param",

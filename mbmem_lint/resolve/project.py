@@ -310,7 +310,16 @@ class Project:
             return _dataclasses_replace
         return None
 
-    def provider_for(self, interp: Interpreter, hf_id: Any, prov: Prov) -> Obj:
+    def provider_for(self, interp: Interpreter, hf_id: Any, prov: Prov, revision: Any = None) -> Obj:
+        obj = self._provider(interp, hf_id, prov)
+        # to_megatron_provider() records where the weights come from (model_bridge.py).
+        p = Prov(prov.loc, prov.anchor, "model-table", prov.seq, prov.stmt, None, prov.function)
+        interp.set_attr(obj, "hf_model_id", hf_id, p)
+        if revision is not None:
+            interp.set_attr(obj, "hf_model_revision", revision, p)
+        return obj
+
+    def _provider(self, interp: Interpreter, hf_id: Any, prov: Prov) -> Obj:
         entry = self.models.get(hf_id) if isinstance(hf_id, str) else None
         if entry is not None:
             cls = self.schema_class(entry.provider)
@@ -342,12 +351,15 @@ def _from_json(v: Any) -> Any:
 
 def _from_hf_pretrained(interp: Interpreter, args: list[Any], kwargs: list[Any], loc: list[int]) -> Any:
     hf_id: Any = args[0] if args else None
+    revision: Any = None
     for k, v, _ in kwargs:
         if k in ("pretrained_model_name_or_path", "hf_path", "model_id"):
             hf_id = v
+        elif k == "revision":
+            revision = v
     if hf_id is None:
         hf_id = Unknown("no model id")
-    return HFModel(hf_id)
+    return HFModel(hf_id, revision)
 
 
 def _get_mixed_precision_config(interp: Interpreter, args: list[Any], kwargs: list[Any], loc: list[int]) -> Any:

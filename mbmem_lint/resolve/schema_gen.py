@@ -570,18 +570,38 @@ def generate_schema(corpus: Path) -> dict[str, Any]:
         own_cache[qual] = out
         return out
 
+    full_cache: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def full_fields(qual: str) -> dict[str, dict[str, Any]]:
+        """``cls.__dataclass_fields__`` as Python computes it (dataclasses._process_class): for each
+        base in reversed MRO, that base's *whole* ``__dataclass_fields__`` (inherited ones included),
+        then the class's own. So with ``class P(MLATransformerConfig, GPTModelProvider)`` the
+        TransformerConfig default that MLATransformerConfig inherits wins over GPTModelProvider's
+        override. A class that is not a dataclass itself exposes its nearest dataclass ancestor's."""
+        if qual in full_cache:
+            return full_cache[qual]
+        full_cache[qual] = {}  # cycle guard
+        chain = [c for c in mro(qual) if c in classes]
+        if not classes[qual].is_dataclass:
+            nearest = next((c for c in chain[1:] if classes[c].is_dataclass), None)
+            out = dict(full_fields(nearest)) if nearest is not None else {}
+        else:
+            out = {}
+            for base in reversed(chain[1:]):
+                for name, spec in full_fields(base).items():
+                    out[name] = spec  # dict update keeps the first position, like dataclasses
+            for name, spec in own_fields(qual).items():
+                out[name] = spec
+        full_cache[qual] = out
+        return out
+
     result: dict[str, Any] = {}
     for qual in sorted(classes):
         ci = classes[qual]
         chain = mro(qual)
-        dataclass_chain = [c for c in chain if c in classes and classes[c].is_dataclass]
-        if not dataclass_chain:
+        if not any(c in classes and classes[c].is_dataclass for c in chain):
             continue
-        fields: dict[str, dict[str, Any]] = {}
-        for c in reversed(dataclass_chain):
-            for name, spec in own_fields(c).items():
-                fields[name] = spec  # dict update keeps the first position, like dataclasses
-        result[qual] = {"bases": list(ci.bases), "fields": fields}
+        result[qual] = {"bases": list(ci.bases), "fields": full_fields(qual)}
 
     return {
         "generator": {

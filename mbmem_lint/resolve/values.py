@@ -132,6 +132,7 @@ class HFModel:
     """Result of ``AutoBridge.from_hf_pretrained(id)`` before ``.to_megatron_provider()``."""
 
     hf_id: Any  # str or Unknown
+    revision: Any = None
 
 
 def is_unknown(v: Any) -> bool:
