@@ -65,7 +65,9 @@ MBM701 = Rule(
     fields=("memory",),
     rationale=("The per-rank estimate (weights, grads, optimizer state, activations with the recipe's recompute/offload, "
                "CUDA-graph and NCCL overheads) of the most-loaded pipeline stage does not fit the target GPU: the job OOMs "
-               "after the allocation was granted."),
+               "after the allocation was granted. The error needs the allocations themselves not to fit; a stage that "
+               "exceeds capacity only through the allocator fragmentation reserve is reported by MBM702 instead "
+               "(fragmentation OOMs are intermittent: 30-60% of runs in the Llama3 70B case)."),
     sources=(SourceRef("megatron/bridge/training/utils/theoretical_memory_utils.py:123-222", "oom",
                        "Bridge's own estimator reports the most-loaded shard only at the first memory report, on the GPUs"),),
     check=lambda ctx: _capacity(ctx, "error"),
@@ -81,7 +83,8 @@ MBM702 = Rule(
     fields=("memory",),
     rationale=("Fragmentation, CUDA-graph pools (more with PP>1), NVLS/NCCL buffers and kernel workspaces are only "
                "partly modelled; a stage within a few percent of capacity OOMs intermittently (the Llama3 70B case "
-               "OOMed in 30-60% of runs at 58.8 GB)."),
+               "OOMed in 30-60% of runs at 58.8 GB). Also reported when the stage fits only if fragmentation stays "
+               "below the reserve the estimate allows (20% of allocations without expandable segments)."),
     sources=(SourceRef("megatron/bridge/training/utils/theoretical_memory_utils.py:713-738", "oom",
                        "Bridge's estimate excludes allocator, workspace and CUDA-graph buffers"),),
     check=lambda ctx: _capacity(ctx, "warning"),

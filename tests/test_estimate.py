@@ -324,3 +324,34 @@ def test_shared_expert_lora_and_bf16_grad_buffer() -> None:
     inp = _inp(**{"optimizer.use_precision_aware_optimizer": True, "optimizer.main_grads_dtype": "torch.float32",
                   "ddp.grad_reduce_in_fp32": False})
     assert inp.prec.grad_bytes == 2
+
+
+def test_full_iteration_graph_pool_does_not_recount_activations() -> None:
+    # MCore full_cuda_graph.py: the captured iteration's activations live in the graph pool (counted once, as
+    # activations); the pool adds its base (1 GiB) and StaticBufferLoader's batch copies, 28 B/token/microbatch.
+    vals = {**TINY, "model.cuda_graph_impl": "full_iteration", "train.global_batch_size": 16}
+    est = estimate_recipe(recipe_from_values(vals, world_size=8))
+    pool = est.stages[0].component("cuda graph pool")
+    assert pool is not None
+    assert pool.bytes == 1024**3 + 28 * 2048 * 1 * 2  # GBS 16 / (MBS 1 x DP 8) = 2 microbatches
+    assert any("full iteration" in a for a in est.assumptions)
+
+
+def test_fragmentation_only_overflow_is_a_warning() -> None:
+    from mbmem_lint.estimate.types import Component, Estimate, StageEstimate
+
+    gpu = resolve_gpu("h100")
+    usable = gpu.usable_bytes
+    rec = recipe_from_values(TINY, world_size=8)
+
+    def est(alloc: int, reserve: int) -> Estimate:
+        comps = [Component("activations", alloc, ["model.seq_length"], kind="activation"),
+                 Component("allocator fragmentation reserve", reserve, [], kind="reserve")]
+        return Estimate("x::y", gpu, 8, {"tp": 1, "pp": 1}, [StageEstimate(0, comps, 4)])
+
+    # Allocations fit (1 GiB spare), the 20% reserve does not: MBM702 warning, not an error.
+    f = capacity_findings(rec, est(usable - 1024**3, int(0.2 * usable)), 0.05)
+    assert f and f[0].severity == "warning" and "fragmentation" in f[0].message
+    # Allocations alone exceed usable memory: error.
+    f = capacity_findings(rec, est(usable + 1024**3, int(0.2 * usable)), 0.05)
+    assert f and f[0].severity == "error"

@@ -140,8 +140,13 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
         comps.append(fragmentation_component(inp, gpu, comps))
         stages.append(StageEstimate(rank, [c for c in comps if c.bytes > 0 or c.kind == "state"], len(layers)))
     if inp.rt.graph_impl not in ("none", ""):
-        assumptions.append("CUDA-graph pool: fixed base plus static input/output buffers per graphed layer and "
-                           "in-flight microbatch (order-of-magnitude model)")
+        if inp.rt.graph_impl == "full_iteration" or "full_iteration" in inp.rt.graph_scope:
+            assumptions.append("CUDA-graph pool (full iteration): the captured iteration's activations live in the "
+                               "graph pool and are counted once as activations; the pool adds its base and the "
+                               "static per-microbatch batch buffers")
+        else:
+            assumptions.append("CUDA-graph pool: fixed base plus static output buffers per graphed layer and "
+                               "in-flight microbatch (order-of-magnitude model)")
     parallelism: dict[str, int | None] = {"tp": par.tp, "pp": par.pp, "vpp": par.vpp, "cp": par.cp, "ep": par.ep,
                                           "etp": par.etp, "dp": par.dp, "edp": par.edp}
     return Estimate(recipe_name, gpu, par.world_size, parallelism, stages, assumptions)

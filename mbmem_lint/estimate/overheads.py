@@ -63,7 +63,14 @@ def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight:
     fields = ["model.cuda_graph_impl", "model.cuda_graph_scope", "model.pipeline_model_parallel_size"]
     base = gpu.overhead("cuda_graph_pool_base_bytes")
     if impl == "full_iteration" or "full_iteration" in inp.rt.graph_scope:
-        return Component("cuda graph pool", int(base + 0.5 * activation_bytes), fields, kind="workspace")
+        # One graph of the whole forward_backward_func, captured into one private pool (MCore 0.19.2
+        # full_cuda_graph.py FullCudaGraphWrapper.__call__ L224-236). The activations of the captured
+        # iteration are allocated *in* that pool and live there between replays: they are the activation
+        # component already counted, not an addition to it (the old ``+ 0.5 x activations`` had no source and
+        # double-counted them). On top come the pool's base and StaticBufferLoader's per-microbatch copies of
+        # the batch (L95-139: tokens, labels, position_ids int64 + loss_mask fp32 = 28 B/token).
+        static = 28 * inp.train.seq * inp.train.mbs * max(1, inp.train.num_microbatches or 1)
+        return Component("cuda graph pool", int(base + static), fields, kind="workspace")
     scope = inp.rt.graph_scope
     kinds: set[str] = set()
     for sc in scope:
