@@ -11,6 +11,7 @@ Example::
     ignore = ["MBM305"]
     fail-level = "warning"       # lowest severity that makes the exit code 1
     headroom-margin = 0.05       # capacity warning below this free fraction
+    memory-uncertainty = 0.10    # capacity error only beyond this share over usable memory
     torch-version = "2.10"       # for version-dependent rules
     megatron-core-version = "0.19.2"
     cache = true                 # on-disk cache under .cache/mbmem-lint
@@ -79,6 +80,7 @@ class Settings:
     severity: dict[str, str] = field(default_factory=dict)
     fail_level: str = "warning"
     headroom_margin: float = 0.05
+    memory_uncertainty: float = 0.10
     torch_version: str | None = None
     megatron_core_version: str = "0.19.2"
     cache: bool = False
@@ -167,10 +169,10 @@ def parse_settings(table: dict[str, Any], root: Path | None) -> Settings:
             if value not in _SEVERITIES:
                 raise SettingsError(f"[tool.mbmem-lint] fail-level: expected one of {', '.join(_SEVERITIES)}")
             s.fail_level = value
-        elif key == "headroom_margin":
-            if not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise SettingsError("[tool.mbmem-lint] headroom-margin: expected a number in [0, 1)")
-            s.headroom_margin = float(value)
+        elif key in ("headroom_margin", "memory_uncertainty"):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+                raise SettingsError(f"[tool.mbmem-lint] {raw_key}: expected a number in [0, 1)")
+            setattr(s, key, float(value))
         elif key in ("torch_version", "megatron_core_version"):
             setattr(s, key, str(value))
         elif key == "cache":

@@ -352,6 +352,12 @@ def test_fragmentation_only_overflow_is_a_warning() -> None:
     # Allocations fit (1 GiB spare), the 20% reserve does not: MBM702 warning, not an error.
     f = capacity_findings(rec, est(usable - 1024**3, int(0.2 * usable)), 0.05)
     assert f and f[0].severity == "warning" and "fragmentation" in f[0].message
-    # Allocations alone exceed usable memory: error.
-    f = capacity_findings(rec, est(usable + 1024**3, int(0.2 * usable)), 0.05)
+    # Allocations exceed usable memory by less than the 10% uncertainty band: a "may not fit" warning.
+    f = capacity_findings(rec, est(usable + 1024**3, int(0.2 * usable)), 0.05, 0.10)
+    assert f and f[0].severity == "warning" and "uncertainty" in f[0].message
+    # Allocations exceed usable memory beyond the band (usable * 1.10 + 1 GiB): error.
+    f = capacity_findings(rec, est(int(usable * 1.10) + 1024**3, int(0.2 * usable)), 0.05, 0.10)
+    assert f and f[0].severity == "error"
+    # With no band, any overflow of the allocations is an error.
+    f = capacity_findings(rec, est(usable + 1024**3, int(0.2 * usable)), 0.05, 0.0)
     assert f and f[0].severity == "error"

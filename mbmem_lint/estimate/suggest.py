@@ -105,7 +105,12 @@ def suggestions(recipe: ResolvedRecipe, estimate: Estimate) -> list[Suggestion]:
     return result
 
 
-def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float = 0.05) -> list[CapacityFinding]:
+def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float = 0.05,
+                      uncertainty: float = 0.10) -> list[CapacityFinding]:
+    """Error when the stage's allocations exceed usable memory by more than the estimator's
+    ``uncertainty`` (docs/estimate.md: measured cases are within about ±10-17%); a stage over capacity
+    by less than that, or only through the fragmentation reserve, or under ``margin`` headroom, gets a
+    warning. No false certainty: an error means the estimate is over capacity beyond its error band."""
     usable = estimate.gpu.usable_bytes
     peak = next(s for s in estimate.stages if s.pp_rank == estimate.peak_stage)
     headroom = estimate.headroom_bytes
@@ -117,12 +122,16 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
     # only the reserve tips the stage over, it is a headroom warning (the cheapest fix is expandable segments).
     certain = max(s.total_bytes - sum(c.bytes for c in s.components if c.kind == "reserve")
                   for s in estimate.stages)
-    severity = "error" if usable - certain < 0 else "warning"
+    severity = "error" if certain > usable * (1 + uncertainty) else "warning"
     top = sorted(peak.components, key=lambda c: -c.bytes)[:3]
     tops = "; ".join(f"{c.name} {c.bytes / GIB:.1f} GiB ({', '.join(c.fields[:3]) or 'runtime'})" for c in top)
     if severity == "error":
         head = (f"pipeline stage {peak.pp_rank} needs an estimated {peak.total_bytes / GIB:.1f} GiB, "
                 f"{-headroom / GIB:.1f} GiB more than the {usable / GIB:.1f} GiB usable on {estimate.gpu.name}")
+    elif certain > usable:
+        head = (f"pipeline stage {peak.pp_rank} needs an estimated {peak.total_bytes / GIB:.1f} GiB, "
+                f"{-headroom / GIB:.1f} GiB more than the {usable / GIB:.1f} GiB usable on {estimate.gpu.name}; "
+                f"that is within the estimator's {uncertainty * 100:.0f}% uncertainty, so it may not fit")
     elif headroom < 0:
         reserve = sum(c.bytes for c in peak.components if c.kind == "reserve")
         head = (f"pipeline stage {peak.pp_rank} needs an estimated {peak.total_bytes / GIB:.1f} GiB with a "
