@@ -118,13 +118,22 @@ def check_recipe(source: str, workdir: Path) -> None:
     assert (workdir / "recipe.py").read_text() == source  # --diff never writes
     applicable = "".join(line for line in diff.stdout.splitlines(keepends=True) if not line.startswith("#"))
     _assert_applies(applicable, workdir, "applicable fixes")
-    # display-only fixes are printed commented out ("# | <diff line>"): they must apply too
+    # display-only fixes are printed commented out ("# | <diff line>") and are computed on top of the
+    # applicable ones (what a user has after `git apply`): apply those first, then each block must apply.
+    _apply(applicable, workdir)
     display_only = "".join(
         line[4:] for line in diff.stdout.splitlines(keepends=True) if line.startswith("# | ")
     )
     for i, block in enumerate(display_only.split("diff --git ")):
         if block.strip():
             _assert_applies("diff --git " + block, workdir, f"display-only fix {i}")
+
+
+def _apply(patch: str, workdir: Path) -> None:
+    if "--- " not in patch:
+        return
+    (workdir / "fix.patch").write_text(patch)
+    subprocess.run(["git", "apply", "fix.patch"], cwd=workdir, check=True, capture_output=True)
 
 
 def _assert_applies(patch: str, workdir: Path, what: str) -> None:

@@ -88,6 +88,9 @@ def _candidates(recipe: ResolvedRecipe, est: Estimate) -> list[tuple[str, str, i
     return out
 
 
+MIN_SAVING_FRACTION = 0.01
+
+
 def suggestions(recipe: ResolvedRecipe, estimate: Estimate) -> list[Suggestion]:
     """Suggestions with savings from re-estimating the peak stage with each setting applied."""
     result: list[Suggestion] = []
@@ -97,7 +100,9 @@ def suggestions(recipe: ResolvedRecipe, estimate: Estimate) -> list[Suggestion]:
         except EstimateUnavailable:
             continue
         saving = estimate.peak_bytes - new.peak_bytes
-        if saving <= 0:
+        # A change that frees less than 1% of the GPU is not worth its throughput cost or a line in
+        # the message ("selective recompute ... saves 0.0 GiB" helps nobody).
+        if saving < MIN_SAVING_FRACTION * estimate.gpu.usable_bytes:
             continue
         result.append(Suggestion(title, int(saving), cost, sorted(setting), setting, rank))
     # Cheapest first; among equal cost, biggest saving first.
@@ -123,6 +128,11 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
     certain = max(s.total_bytes - sum(c.bytes for c in s.components if c.kind == "reserve")
                   for s in estimate.stages)
     severity = "error" if certain > usable * (1 + uncertainty) else "warning"
+    # Without a world size the data-parallel sharding (distributed optimizer, FSDP) is an assumption
+    # (DP=1): no error on an assumption.
+    dp_assumed = estimate.world_size is None
+    if dp_assumed:
+        severity = "warning"
     top = sorted(peak.components, key=lambda c: -c.bytes)[:3]
     tops = "; ".join(f"{c.name} {c.bytes / GIB:.1f} GiB ({', '.join(c.fields[:3]) or 'runtime'})" for c in top)
     if severity == "error":
@@ -144,6 +154,9 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
                 f"(margin {margin * 100:.0f}%)")
     sugg = suggestions(recipe, estimate)
     msg = f"{head}. Top contributors: {tops}."
+    if dp_assumed:
+        msg += (" The world size is unknown, so this assumes DP=1 (no sharding of optimizer state over data "
+                "parallelism); give --world-size or set world-size in [tool.mbmem-lint].")
     if sugg:
         s0 = sugg[0]
         msg += f" Cheapest fix: {s0.title} (saves {s0.saving_bytes / GIB:.1f} GiB; {s0.cost_note})."
