@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -806,5 +807,72 @@ MBM418 = Rule(
     references=("rules-from-source §2.P",),
 )
 
+
+_UB_NAME = re.compile(
+    r"userbuffers_(?P<dtype>[a-z0-9]+)_(?:(?P<gpu>[a-z]+[0-9]+)_)?h(?P<h>\d+)_tp(?P<tp>\d+)(?:_cp(?P<cp>\d+))?"
+    r"_mbs(?P<mbs>\d+)_seqlen(?P<seq>\d+)")
+
+
+def _ub_preset_mismatch(ctx: RuleContext) -> Iterator[Finding]:
+    if not ctx.is_true("model.tp_comm_overlap"):
+        return  # the preset is unused when Bridge turns TP overlap off
+    preset = ctx.get("comm_overlap.tp_comm_overlap_cfg")
+    name = preset.get("_name_") if isinstance(preset, dict) else None
+    m = _UB_NAME.fullmatch(name) if isinstance(name, str) else None
+    if m is None:
+        return
+    tuned = {"model.hidden_size": int(m["h"]), "model.tensor_model_parallel_size": int(m["tp"]),
+             "train.micro_batch_size": int(m["mbs"]), "model.seq_length": int(m["seq"])}
+    if m["cp"]:  # older preset names leave CP out (Bridge pairs them with CP=2): compare only when named
+        tuned["model.context_parallel_size"] = int(m["cp"])
+    labels = {"model.hidden_size": "hidden_size", "model.tensor_model_parallel_size": "TP",
+              "model.context_parallel_size": "CP", "train.micro_batch_size": "MBS", "model.seq_length": "seq_length"}
+    diffs = []
+    for path, want in tuned.items():
+        have = ctx.get(path)
+        if is_known(have) and isinstance(have, int) and not isinstance(have, bool) and have != want:
+            diffs.append(f"{labels[path]} {have} (preset: {want})")
+    if diffs:
+        yield Finding(f"tp_comm_overlap_cfg={name} was tuned for another layout: {', '.join(diffs)}. TE sizes the "
+                      "userbuffers from the actual shape (seq_length*MBS/CP, hidden), so the run works, but with "
+                      "communication-overlap settings (SM counts, algorithms) tuned for a different GEMM shape; "
+                      "a preset/layout mismatch also suggests the layout changed since the recipe was benchmarked",
+                      ["comm_overlap.tp_comm_overlap_cfg", *(p for p in tuned if labels[p] in " ".join(diffs))],
+                      location=ctx.pre_anchor("comm_overlap.tp_comm_overlap_cfg"))
+
+
+MBM419 = Rule(
+    code="MBM419", name="userbuffers-preset-mismatch", severity="warning",
+    summary="A userbuffers TP-overlap preset whose name (hidden size, TP, CP, MBS, seq length) does not match the recipe.",
+    fields=("comm_overlap.tp_comm_overlap_cfg", "model.hidden_size", "model.tensor_model_parallel_size",
+            "model.context_parallel_size", "train.micro_batch_size", "model.seq_length"),
+    rationale=("Bridge's userbuffers presets (`userbuffers_<dtype>_<gpu>_h<hidden>_tp<TP>[_cp<CP>]_mbs<MBS>_seqlen<S>`) "
+               "hold per-GEMM overlap settings tuned for one shape. initialize_ub sizes the buffers from the model's "
+               "actual (seq_length*MBS/CP, hidden), so a mismatch does not crash; it runs the overlap with settings "
+               "tuned for another GEMM (throughput), and usually means the parallel layout was edited after the "
+               "recipe was benchmarked (e.g. Bridge 0.6.2's 405B B200 recipes use a tp4_cp2 preset with CP=1)."),
+    sources=(SourceRef("megatron/bridge/training/initialize.py:355-375", "cost",
+                       "initialize_ub(shape=[seq_length*micro_batch_size//context_parallel_size, hidden], ub_cfgs=preset)"),
+             SourceRef("megatron/bridge/training/comm_overlap.py:98", "cost",
+                       "module-level presets named after the shape they were tuned for")),
+    check=_ub_preset_mismatch,
+    valid=(Example(py("cfg.model.tensor_model_parallel_size = 4\ncfg.model.sequence_parallel = True\n"
+                      "cfg.model.seq_length = 8192\ncfg.dataset.seq_length = 8192\ncfg.train.micro_batch_size = 1\n"
+                      "cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True, "
+                      "tp_comm_overlap_cfg=userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192)",
+                      base="llama3_70b_pretrain_config", gpus=64,
+                      imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig, "
+                              "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")),),
+    invalid=(Example(py("cfg.model.tensor_model_parallel_size = 8\ncfg.model.sequence_parallel = True\n"
+                        "cfg.model.seq_length = 8192\ncfg.dataset.seq_length = 8192\ncfg.train.micro_batch_size = 1\n"
+                        "cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True, "
+                        "tp_comm_overlap_cfg=userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192)  # <-",
+                        base="llama3_70b_pretrain_config", gpus=64,
+                        imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig, "
+                                "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")),),
+    references=("recipe-shapes §1.8, §6",),
+)
+
+
 RULES = [MBM401, MBM402, MBM403, MBM404, MBM405, MBM406, MBM407, MBM408, MBM409, MBM410, MBM411, MBM412, MBM413,
-         MBM414, MBM415, MBM416, MBM417, MBM418]
+         MBM414, MBM415, MBM416, MBM417, MBM418, MBM419]

@@ -23,6 +23,7 @@ def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = 
         o = Obj(value.cls, value.schema, _prov(value.created, remap))
         o.open = value.open
         o.havoc = value.havoc
+        o.label = value.label
         memo[key] = o
         o.slots = {k: _clone_slot(s, memo, remap) for k, s in value.slots.items()}
         o.invalid = {k: _clone_slot(s, memo, remap) for k, s in value.invalid.items()}

@@ -31,7 +31,8 @@ def to_json(value: Any, depth: int = 0) -> Any:
     if isinstance(value, Ext):
         return value.qualname
     if isinstance(value, Obj):
-        return {"_target_": value.cls}
+        # A named module-level preset also says which one (``_name_``), for rules that read names.
+        return {"_target_": value.cls, "_name_": value.label} if value.label else {"_target_": value.cls}
     if depth > MAX_DEPTH:
         return Unknown("value nested too deeply")
     if isinstance(value, (list, tuple)):

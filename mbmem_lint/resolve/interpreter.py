@@ -498,6 +498,8 @@ class Interpreter:
     def assign(self, target: list[Any], value: Any, value_ir: list[Any] | None) -> None:
         kind = target[0]
         if kind == "n":
+            if isinstance(value, Obj) and value.label is None and self.frame.locals is None:
+                value.label = target[1]  # a module-level preset such as userbuffers_bf16_h100_..._seqlen8192
             self.bind(target[1], value)
         elif kind == "a":
             obj = self.eval(target[1])

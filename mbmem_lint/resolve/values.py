@@ -68,9 +68,10 @@ class Slot:
 class Obj:
     """An instance of a config dataclass (or of an unknown class, ``schema`` None)."""
 
-    __slots__ = ("cls", "schema", "slots", "invalid", "created", "open", "havoc")
+    __slots__ = ("cls", "schema", "slots", "invalid", "created", "open", "havoc", "label")
 
     def __init__(self, cls: str, schema: ClassSchema | None, created: Prov) -> None:
+        self.label: str | None = None  # module-level name it was bound to (userbuffers presets)
         self.open = False  # accept any model-provider field (real provider class is family-specific)
         self.havoc: Unknown | None = None  # set when unseen code may have changed it: defaults unknown
         self.cls = cls
