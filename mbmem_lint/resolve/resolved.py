@@ -8,7 +8,8 @@ interpreter's internals. Values are plain JSON-like Python values:
 * config objects are flattened: the object's own path holds
   ``{"_target_": "<qualified class name>"}`` and each of its fields has a path
   of its own (``"peft"`` → ``{"_target_": "megatron.bridge.peft.lora.LoRA"}``,
-  ``"peft.dim"`` → ``32``);
+  ``"peft.dim"`` → ``32``); an object bound to a module-level name (a userbuffers preset) also
+  carries that name as ``"_name_"``;
 * :data:`UNKNOWN` (an :class:`Unknown` instance) where the value cannot be
   resolved statically. Rules must not fire on unknowns.
 """
