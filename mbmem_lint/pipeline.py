@@ -88,8 +88,8 @@ def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
     from mbmem_lint.check.engine import run_checks
 
     found = discover(paths, settings)
-    if settings.cache and not need_edits:
-        return _run_check_cached(found, settings, options)
+    if settings.cache:
+        return _run_check_cached(found, settings, options, need_edits)
     jobs = _jobs(len(found.python))
     if jobs > 1:
         return _run_check_parallel(found, settings, options, jobs, need_edits)
@@ -100,7 +100,8 @@ def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
     return run
 
 
-def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOptions) -> CheckRun:
+def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOptions,
+                      need_edits: bool) -> CheckRun:
     """Check with the results cache: files whose findings (and dependencies) are cached are not
     resolved again; the others are, with every file still importable."""
     from mbmem_lint.check.engine import run_checks
@@ -112,7 +113,7 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
     cached: list[Diagnostic] = []
     stale: set[str] = set()
     for src in found.python:
-        hit = cache.lookup(src.path, texts)
+        hit = cache.lookup(src.path, texts, need_edits=need_edits)
         if hit is None:
             stale.add(src.path)
         else:
@@ -131,7 +132,7 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
         diags += [d for d in tool if d.location.path == path]
         deps = {str(safe_resolve(p)): run.sources[p].text if p in run.sources else ""
                 for p in project.dependencies(path)}
-        cache.store(path, deps, diags)
+        cache.store(path, deps, diags, with_edits=need_edits)
         fresh.extend(diags)
     fresh += run_checks(paired, run.overrides, settings, run.sources)
     fresh += [d for d in tool if d.location.path not in stale]

@@ -3,8 +3,8 @@
 An entry holds the findings of one file's recipes and the content hash of every linted file those
 recipes depend on (the file and everything it imports, transitively). It is used only when all of
 them are unchanged and the tool version, settings and options are the same, so it is never stale;
-deleting ``.cache/mbmem-lint`` is always safe. Fix edits are not cached: ``--fix`` and the JSON/SARIF
-formats (which carry edits) run uncached.
+deleting ``.cache/mbmem-lint`` is always safe. Runs that show or apply fixes (``--fix``, the JSON/SARIF
+formats store the edits too (an entry without them is a miss for a run that needs them).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mbmem_lint import __version__
-from mbmem_lint.diagnostics import Diagnostic, Fix, Location
+from mbmem_lint.diagnostics import Diagnostic, Edit, Fix, Location
 from mbmem_lint.settings import Settings, safe_resolve
 
 FORMAT = 1
@@ -31,17 +31,21 @@ def _loc_json(loc: Location) -> list[Any]:
     return [loc.path, loc.line, loc.column, loc.end_line, loc.end_column, loc.in_library]
 
 
-def diag_to_json(d: Diagnostic) -> dict[str, Any]:
+def diag_to_json(d: Diagnostic, with_edits: bool) -> dict[str, Any]:
     fix = None
     if d.fix is not None:
-        fix = [d.fix.description, d.fix.applicability, d.fix.saving_bytes]
+        edits = [[e.path, e.start, e.end, e.replacement] for e in d.fix.edits] if with_edits else None
+        fix = [d.fix.description, d.fix.applicability, d.fix.saving_bytes, edits]
     return {"c": d.code, "n": d.name, "s": d.severity, "m": d.message, "l": _loc_json(d.location),
             "f": d.function, "p": d.fields, "x": fix, "o": d.notes}
 
 
 def diag_from_json(j: dict[str, Any]) -> Diagnostic:
     loc = Location(*j["l"])
-    fix = Fix(j["x"][0], j["x"][1], [], j["x"][2]) if j["x"] is not None else None
+    fix = None
+    if j["x"] is not None:
+        edits = [Edit(*e) for e in j["x"][3]] if j["x"][3] is not None else []
+        fix = Fix(j["x"][0], j["x"][1], edits, j["x"][2])
     return Diagnostic(code=j["c"], name=j["n"], severity=j["s"], message=j["m"], location=loc,
                       function=j["f"], fields=list(j["p"]), fix=fix, notes=list(j["o"]))
 
@@ -62,7 +66,7 @@ class ResultsCache:
         key = hashlib.sha256(f"{self.context}|{safe_resolve(path)}".encode()).hexdigest()
         return self.folder / key[:2] / f"{key}.json"
 
-    def lookup(self, path: str, texts: dict[str, str]) -> list[Diagnostic] | None:
+    def lookup(self, path: str, texts: dict[str, str], *, need_edits: bool = False) -> list[Diagnostic] | None:
         """Cached findings of ``path`` when it and all its dependencies are unchanged.
 
         ``texts``: current content of the files being linted, by resolved path; other
@@ -72,7 +76,7 @@ class ResultsCache:
         except (OSError, ValueError):
             return None
         deps = entry.get("deps")
-        if not isinstance(deps, dict):
+        if not isinstance(deps, dict) or (need_edits and not entry.get("edits")):
             return None
         for dep, digest in deps.items():
             text = texts.get(dep)
@@ -88,10 +92,11 @@ class ResultsCache:
         except (KeyError, TypeError, IndexError):
             return None
 
-    def store(self, path: str, deps: dict[str, str], diagnostics: list[Diagnostic]) -> None:
-        """``deps``: resolved path → content of every linted file the findings depend on."""
-        entry = {"deps": {p: text_hash(t) for p, t in sorted(deps.items())},
-                 "diagnostics": [diag_to_json(d) for d in diagnostics]}
+    def store(self, path: str, deps: dict[str, str], diagnostics: list[Diagnostic], *, with_edits: bool) -> None:
+        """``deps``: resolved path → content of every linted file the findings depend on.
+        ``with_edits``: also store the fixes' edits (computed now; JSON/SARIF/--fix need them)."""
+        entry = {"deps": {p: text_hash(t) for p, t in sorted(deps.items())}, "edits": with_edits,
+                 "diagnostics": [diag_to_json(d, with_edits) for d in diagnostics]}
         target = self._entry_path(path)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -97,3 +97,23 @@ def test_parallel_equals_sequential_on_corpus(monkeypatch: pytest.MonkeyPatch) -
     sequential = findings("1")
     assert sequential
     assert findings("2") == sequential
+
+
+def test_results_cache_keeps_fix_edits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MBMEM_LINT_CACHE_DIR", str(tmp_path / "cache"))
+    _tree(tmp_path, pp=2)
+    settings = Settings(root=tmp_path, cache=True)
+
+    def fixes() -> list[tuple[str, list[tuple[str, int, int, str]]]]:
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            run = run_check(["recipe.py"], settings, ResolveOptions(), need_edits=True)
+        finally:
+            os.chdir(old)
+        return [(d.code, [(e.path, e.start, e.end, e.replacement) for e in d.fix.edits])
+                for d in run.diagnostics if d.fix is not None]
+
+    cold = fixes()
+    assert any(edits for _, edits in cold), "a finding with edits"
+    assert fixes() == cold  # warm: served from the cache, edits included

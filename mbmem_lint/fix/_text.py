@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from mbmem_lint.diagnostics import Location
 
@@ -96,7 +96,14 @@ class _Region:
         module = cst.parse_module(text)
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
-        self.parents = wrapper.resolve(ParentNodeProvider)
+        # Parents from one walk over ``children`` (ParentNodeProvider costs ~40% of the metadata time).
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        stack: list[cst.CSTNode] = [wrapper.module]
+        while stack:
+            node = stack.pop()
+            for child in node.children:
+                self.parents[child] = node
+                stack.append(child)
         lines = LineTable(text)
         self.spans: dict[cst.CSTNode, Span] = {}
         self.starts: dict[int, list[cst.CSTNode]] = {}
