@@ -351,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
             cases["one_perf_nopyc"] = bench(Case("one_perf_nopyc", "same, PYTHONDONTWRITEBYTECODE=1 (no .pyc)",
                                                  cases["one_perf"].cmd, str(work)), n, {0, 1}, env=nopyc)
 
-        # (a) whole corpus
+        # (a) whole corpus: the terminal output (findings, fix hints), then JSON (which also computes
+        # every fix's edits with libcst for the "fix" objects of the JSON contract)
+        cases["corpus_text"] = bench(Case("corpus_text", "mbmem-lint check <corpus> (text)",
+                                          [mbmem, "check", "--no-color", *map(str, dirs)], str(work)),
+                                     n, {0, 1}, sample_tree=True)
         cases["corpus"] = bench(Case("corpus", "mbmem-lint check <corpus> --format json",
                                      [mbmem, "check", *map(str, dirs), "--format", "json"], str(work)),
                                 n, {0, 1}, sample_tree=True, check=_json_summary)
@@ -486,7 +490,10 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
     st = {k: c.stat() for k, c in cases.items()}
     mbmem_dir = Path(cases["version"].cmd[0]).parent
     fx = st.get("fixit")
-    ratio = fx["median_s"] / st["corpus"]["median_s"] if fx else None
+    # The issue's case is `mbmem-lint check` (resolve + rules + estimate): the terminal run; JSON also
+    # builds every fix's edits and is reported as its own row.
+    main = "corpus_text" if st.get("corpus_text") else "corpus"
+    ratio = fx["median_s"] / st[main]["median_s"] if fx else None
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "**not met**"
@@ -546,11 +553,11 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
 
     L += ["## Against the targets of issue 8", "",
           "| target | measured (median) | |", "|---|---:|---|",
-          f"| whole corpus ≤ {TARGETS['corpus_s']} s wall | {st['corpus']['median_s']:.2f} s | "
-          f"{verdict(st['corpus']['median_s'] <= TARGETS['corpus_s'])} |"]
+          f"| whole corpus ≤ {TARGETS['corpus_s']} s wall ({cases[main].label}) | {st[main]['median_s']:.2f} s | "
+          f"{verdict(st[main]['median_s'] <= TARGETS['corpus_s'])} |"]
     if ratio is not None:
         L.append(f"| ≥ {TARGETS['ratio']:.0f}× faster than Fixit on the corpus (same run) | "
-                 f"Fixit {fx['median_s']:.2f} s / mbmem-lint {st['corpus']['median_s']:.2f} s = "
+                 f"Fixit {fx['median_s']:.2f} s / mbmem-lint {st[main]['median_s']:.2f} s = "
                  f"**{ratio:.2f}×** | {verdict(ratio >= TARGETS['ratio'])} |")
     for key in ("one_perf", "one_lib"):
         L.append(f"| one file ≤ {TARGETS['one_file_s']} s (`{cases[key].label.split()[-1]}`) | "
@@ -558,13 +565,13 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
     L.append(f"| `--version` ≤ {TARGETS['version_s']} s | {st['version']['median_s']:.3f} s "
              f"(interpreter floor {st['python']['median_s']:.3f} s) | "
              f"{verdict(st['version']['median_s'] <= TARGETS['version_s'])} |")
-    rss = max(st["corpus"]["maxrss_mb"], st["corpus"]["tree_rss_mb"])
+    rss = max(st[main]["maxrss_mb"], st[main]["tree_rss_mb"])
     L.append(f"| peak RSS on the corpus ≤ {TARGETS['rss_mb']:.0f} MB | {rss:.0f} MB | "
              f"{verdict(rss <= TARGETS['rss_mb'])} |")
     if fx:
         L.append(f"| (peak RSS of Fixit, for reference) | {max(fx['maxrss_mb'], fx['tree_rss_mb']):.0f} MB "
                  f"(largest process {fx['maxrss_mb']:.0f} MB) | |")
-    cpu_ratio = fx["cpu_median_s"] / st["corpus"]["cpu_median_s"] if fx else None
+    cpu_ratio = fx["cpu_median_s"] / st[main]["cpu_median_s"] if fx else None
     if cpu_ratio:
         L.append(f"| (CPU-time ratio Fixit / mbmem-lint, less sensitive to load) | **{cpu_ratio:.2f}×** | |")
     L.append("")

@@ -132,7 +132,8 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
     fixing = fix or diff or apply_fixes or bool(patch_file)
     need_edits = fixing or (fmt or default_format()) in ("json", "sarif")
     try:
-        run = run_check(list(paths), settings, options, need_edits=need_edits)
+        want_estimates = not fixing and (fmt or default_format()) in ("github", "markdown")
+        run = run_check(list(paths), settings, options, need_edits=need_edits, keep_recipes=want_estimates)
     except MissingPathError as exc:
         _fail(f"{exc}: no such file or directory")
         return

@@ -9,6 +9,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic
 from mbmem_lint.discover.files import Discovered, discover
@@ -82,22 +83,41 @@ def filter_tool_diagnostics(diags: list[Diagnostic], settings: Settings) -> list
 
 
 def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
-              need_edits: bool = True) -> CheckRun:
+              need_edits: bool = True, keep_recipes: bool = False) -> CheckRun:
     """``need_edits``: fix edits will be shown or applied (JSON/SARIF output, --fix); otherwise a
-    parallel run does not compute them in its workers (the terminal shows only the fix's hint)."""
+    parallel run does not compute them in its workers (the terminal shows only the fix's hint).
+    ``keep_recipes``: keep the resolved recipes in the result (for estimates in reports); otherwise
+    they are checked file by file and dropped, and runs may use several processes."""
     from mbmem_lint.check.engine import run_checks
 
     found = discover(paths, settings)
-    if settings.cache:
+    if settings.cache and not keep_recipes:
         return _run_check_cached(found, settings, options, need_edits)
     jobs = _jobs(len(found.python))
-    if jobs > 1:
+    if jobs > 1 and not keep_recipes:
         return _run_check_parallel(found, settings, options, jobs, need_edits)
-    run = _resolve_found(found, settings, options)
+    if keep_recipes:
+        run = _resolve_found(found, settings, options)
+        findings = run_checks(run.recipes, run.overrides, settings, run.sources)
+    else:
+        streamed: list[Diagnostic] = []
+        run = _resolve_found(found, settings, options, on_file=_checker(settings, found, streamed))
+        findings = streamed + run_checks(run.recipes, run.overrides, settings, run.sources)
     tool = filter_tool_diagnostics(run.diagnostics, settings)
-    findings = run_checks(run.recipes, run.overrides, settings, run.sources)
-    run.diagnostics = sorted(tool + findings, key=lambda d: d.sort_key())
+    run.diagnostics = merge_findings(tool + findings)
     return run
+
+
+def _checker(settings: Settings, found: Discovered, out: list[Diagnostic]) -> Any:
+    """Check each file's recipes as soon as they are resolved, then let them go."""
+    from mbmem_lint.check.engine import run_checks
+
+    sources = {s.path: s for s in found.python + found.yaml}
+
+    def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
+        out.extend(run_checks(recipes, [], settings, sources))
+
+    return on_file
 
 
 def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOptions,
@@ -119,22 +139,24 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
         else:
             cached.extend(hit)
     resolver_holder: list[Resolver] = []
-    run = _resolve_found(found, settings, options, own=stale, resolver_out=resolver_holder)
+    sources = {s.path: s for s in found.python + found.yaml}
+    per_file: dict[str, tuple[list[Diagnostic], set[str]]] = {}
+
+    def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
+        # Imports run while the file's recipes resolve, so its dependencies are complete here.
+        deps = resolver_holder[0].project.dependencies(path)
+        per_file[path] = (run_checks(recipes, [], settings, sources), deps)
+
+    run = _resolve_found(found, settings, options, own=stale, resolver_out=resolver_holder, on_file=on_file)
     tool = filter_tool_diagnostics(run.diagnostics, settings)
-    by_file: dict[str, list[ResolvedRecipe]] = {}
-    paired: list[ResolvedRecipe] = []
-    for r in run.recipes:
-        (paired if r.overrides else by_file.setdefault(r.path, [])).append(r)
     fresh: list[Diagnostic] = []
-    project = resolver_holder[0].project
     for path in sorted(stale):
-        diags = run_checks(by_file.get(path, []), [], settings, run.sources)
-        diags += [d for d in tool if d.location.path == path]
-        deps = {str(safe_resolve(p)): run.sources[p].text if p in run.sources else ""
-                for p in project.dependencies(path)}
-        cache.store(path, deps, diags, with_edits=need_edits)
+        diags, deps = per_file.get(path, ([], {path}))
+        diags = diags + [d for d in tool if d.location.path == path]
+        texts_now = {str(safe_resolve(p)): run.sources[p].text if p in run.sources else "" for p in deps}
+        cache.store(path, texts_now, diags, with_edits=need_edits)
         fresh.extend(diags)
-    fresh += run_checks(paired, run.overrides, settings, run.sources)
+    fresh += run_checks(run.recipes, run.overrides, settings, run.sources)  # YAML-paired recipes
     fresh += [d for d in tool if d.location.path not in stale]
     run.diagnostics = merge_findings(cached + fresh)
     return run
@@ -154,7 +176,8 @@ def merge_findings(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 
 def _resolve_found(found: Discovered, settings: Settings, options: ResolveOptions,
                    own: set[str] | None = None, with_yaml: bool = True,
-                   resolver_out: list[Resolver] | None = None) -> CheckRun:
+                   resolver_out: list[Resolver] | None = None,
+                   on_file: Any = None) -> CheckRun:
     run = CheckRun()
     run.diagnostics.extend(d for d in found.diagnostics if with_yaml)
     for src in found.python + found.yaml:
@@ -169,7 +192,7 @@ def _resolve_found(found: Discovered, settings: Settings, options: ResolveOption
     resolver = Resolver(settings, options)
     if resolver_out is not None:
         resolver_out.append(resolver)
-    result = resolver.resolve_all(found.python, overrides, own=own)
+    result = resolver.resolve_all(found.python, overrides, own=own, on_file=on_file)
     run.diagnostics.extend(result.diagnostics)
     run.recipes = result.recipes
     run.overrides = overrides
@@ -187,9 +210,11 @@ def _check_chunk(index: int) -> tuple[list[Diagnostic], list[str], int]:
 
     assert _WORK is not None
     found, settings, options, chunks, need_edits = _WORK
-    run = _resolve_found(found, settings, options, own=set(chunks[index]), with_yaml=index == 0)
+    streamed: list[Diagnostic] = []
+    run = _resolve_found(found, settings, options, own=set(chunks[index]), with_yaml=index == 0,
+                         on_file=_checker(settings, found, streamed))
     tool = filter_tool_diagnostics(run.diagnostics, settings)
-    findings = run_checks(run.recipes, run.overrides, settings, run.sources)
+    findings = streamed + run_checks(run.recipes, run.overrides, settings, run.sources)
     for d in findings:
         if d.fix is not None:
             # Builders are closures over this process's state: compute the edits here or drop them.

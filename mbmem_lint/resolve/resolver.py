@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,9 +198,13 @@ class Resolver:
 
     # ------------------------------------------------------------------ evaluation
     def resolve_all(self, python: list[SourceFile], overrides: list[OverrideFile],
-                    own: set[str] | None = None) -> ResolveResult:
+                    own: set[str] | None = None,
+                    on_file: Callable[[str, list[ResolvedRecipe]], None] | None = None) -> ResolveResult:
         """Resolve the recipes of ``python`` files (only those in ``own`` when given: the other
-        files are still importable) and of the recipes paired with ``overrides``."""
+        files are still importable) and of the recipes paired with ``overrides``.
+
+        ``on_file(path, recipes)``: called with each file's recipes as soon as they are resolved,
+        which are then not kept in the result (a check streams file by file: memory stays flat)."""
         envs = []
         for src in python:
             is_own = own is None or src.path in own
@@ -224,9 +229,13 @@ class Resolver:
             script = self.script_candidate(env)
             if script is not None:
                 cands.append(script)
+            before = len(self.result.recipes)
             for cand in cands:
                 self.result.functions_seen += 1
                 self._resolve_candidate(cand, [])
+            if on_file is not None:
+                on_file(env.display_path, self.result.recipes[before:])
+                del self.result.recipes[before:]
         for (path, function), files in paired.items():
             paired_env = self._env_for_file(path)
             if paired_env is None:
