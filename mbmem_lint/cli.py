@@ -181,13 +181,8 @@ def _resolve_one(path: str, function: str | None, gpu: str | None, world_size: i
     file_part, fn = _split_target(path)
     settings = _settings([file_part])
     options = _options(gpu, world_size, recipe, set_items, function or fn)
-    paths = [file_part]
-    if recipe is not None:
-        rfile, _ = _split_target(recipe)
-        if file_part.endswith((".yaml", ".yml")):
-            paths = [file_part]
     try:
-        return resolve_paths(paths, settings, options), settings
+        return resolve_paths([file_part], settings, options), settings
     except MissingPathError as exc:
         _fail(f"{exc}: no such file or directory")
 
