@@ -234,8 +234,53 @@ def collect_writes(root: Obj) -> list[Write]:
     return [w for _, w in writes]
 
 
+class LazyWrites(list):
+    """``ResolvedRecipe.writes``, collected on first use (``resolve`` never needs them)."""
+
+    def __init__(self, root: Obj) -> None:
+        super().__init__()
+        self._root: Obj | None = root
+
+    def _fill(self) -> None:
+        if self._root is not None:
+            root, self._root = self._root, None
+            super().extend(collect_writes(root))
+
+    def __iter__(self) -> Iterator[Write]:
+        self._fill()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._fill()
+        return super().__len__()
+
+    def __getitem__(self, i: Any) -> Any:
+        self._fill()
+        return super().__getitem__(i)
+
+    def __reversed__(self) -> Iterator[Write]:
+        self._fill()
+        return super().__reversed__()
+
+    def __contains__(self, x: object) -> bool:
+        self._fill()
+        return super().__contains__(x)
+
+    def __bool__(self) -> bool:
+        self._fill()
+        return super().__len__() > 0
+
+    def __eq__(self, other: object) -> bool:
+        self._fill()
+        return super().__eq__(other)
+
+    def __reduce__(self) -> Any:  # pickles as a plain list
+        self._fill()
+        return (list, (list(super().__iter__()),))
+
+
 def flatten(root: Obj) -> tuple[FieldMap, list[Write]]:
-    return FieldMap(root), collect_writes(root)
+    return FieldMap(root), LazyWrites(root)
 
 
 def location_key(loc: Location) -> tuple[str, int]:

@@ -185,11 +185,21 @@ class RuntimeRewriter:
                 self.set(f"mixed_precision.{p}", self.get(f"mixed_precision.{g}"),
                          f"MixedPrecisionConfig.finalize: {p} defaults to {g}", [f"mixed_precision.{g}"])
         names = list(mp.schema.fields) if mp.schema is not None else list(mp.slots)
+        values = {}
+        for name in names:
+            slot = self.interp.get_slot(mp, name)
+            values[name] = slot.value if slot is not None else Unknown(f"mixed_precision.{name}")
         for section in ("model", "optimizer", "ddp"):
+            target = self.obj(section)
+            if target is None:
+                continue
             for name in names:
-                if not self.has_field(section, name):
+                if not (target.schema is None or name in target.schema.fields or name in target.slots):
                     continue
-                new = self.get(f"mixed_precision.{name}")
+                new = values[name]
+                slot = self.interp.get_slot(target, name)
+                if slot is not None and _same(slot.value, new):
+                    continue  # update_config_with_precision_overrides writes only values that differ
                 self.set(f"{section}.{name}", new,
                          f"mixed precision setup() copies mixed_precision.{name} onto {section} "
                          "(training/mixed_precision.py:138)", ["mixed_precision", f"mixed_precision.{name}"])
