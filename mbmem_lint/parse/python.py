@@ -88,6 +88,8 @@ class _Lowerer:
     def body(self, stmts: list[ast.stmt]) -> list[IR]:
         out: list[IR] = []
         for s in stmts:
+            if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+                continue  # docstrings and bare strings do nothing (and keep the shipped summary lean)
             out.append(self.stmt(s))
         return out
 
