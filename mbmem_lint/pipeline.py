@@ -308,8 +308,4 @@ def lint_source_run(
             os.chdir(old)
 
 
-def read_sources(run: CheckRun) -> Sources:
-    return run.sources
-
-
 __all__ = ["CheckRun", "SourceFile", "exit_code", "lint_source", "lint_source_run", "resolve_paths", "run_check"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mbmem_lint.diagnostics import Location
 from mbmem_lint.resolve.resolved import ResolvedField, Unknown, Write
 from mbmem_lint.resolve.values import (
     BoundMethod,
@@ -281,7 +280,3 @@ class LazyWrites(list):
 
 def flatten(root: Obj) -> tuple[FieldMap, list[Write]]:
     return FieldMap(root), LazyWrites(root)
-
-
-def location_key(loc: Location) -> tuple[str, int]:
-    return (loc.path, loc.line)
