@@ -81,6 +81,7 @@ class Resolver:
         self.project = project if project is not None else load_default_project(settings)
         self.result = ResolveResult()
         self._modules: dict[str, ModuleEnv] = {}  # display path → env
+        self._by_real: dict[Path, str] = {}  # resolved path → display path of a registered file
         self.ir_cache: IRCache | None = IRCache.for_settings(settings) if settings.cache else None
         self.project.disk_finder = self._find_on_disk
         self._disk_loaded = 0
@@ -92,14 +93,18 @@ class Resolver:
         if not own:
             env = self.project.add_user_module(Path(src.path), src.path, None,
                                                loader=lambda: self._lower(src, report=False) or [])
-            self._modules[src.path] = env
+            self._register(src.path, env)
             return env
         body = self._lower(src, report=True)
         if body is None:
             return None
         env = self.project.add_user_module(Path(src.path), src.path, body)
-        self._modules[src.path] = env
+        self._register(src.path, env)
         return env
+
+    def _register(self, display: str, env: ModuleEnv) -> None:
+        self._modules[display] = env
+        self._by_real[safe_resolve(display)] = display
 
     def _find_on_disk(self, name: str, importer: ModuleEnv, level: int) -> str | None:
         """A module of the user's project that exists on disk but was not given to lint, found the
@@ -148,19 +153,12 @@ class Resolver:
         return body
 
     def _env_for_file(self, path: str) -> ModuleEnv | None:
-        if path in self._modules:
-            return self._modules[path]
-        p = Path(path)
-        for display, env in self._modules.items():
-            if safe_resolve(display) == safe_resolve(p):
-                return env
-        if not p.is_file():
-            return None
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return None
-        return self.add_python(SourceFile(path, text, "python"))
+        """The module of a recipe file a YAML override names: a linted one, or read from disk."""
+        display = self._by_real.get(safe_resolve(path))
+        if display is not None:
+            return self._modules[display]
+        src = read_source(path, "python")
+        return None if isinstance(src, Diagnostic) else self.add_python(src)
 
     # ------------------------------------------------------------------ recipe detection
     def candidates(self, env: ModuleEnv) -> list[_Candidate]:
@@ -407,12 +405,9 @@ class Resolver:
         return self._display(p)
 
     def _display(self, p: Path) -> str:
-        for display in self._modules:
-            try:
-                if safe_resolve(display) == safe_resolve(p):
-                    return display
-            except OSError:
-                continue
+        display = self._by_real.get(safe_resolve(p))
+        if display is not None:
+            return display
         # Not among the linted files (pre-commit passed only the YAML): show it relative to cwd.
         norm = os.path.normpath(p)
         try:
