@@ -18,7 +18,7 @@ from typing import Any
 
 from mbmem_lint import __version__
 from mbmem_lint.diagnostics import Diagnostic, Edit, Fix, Location
-from mbmem_lint.settings import Settings, safe_resolve
+from mbmem_lint.settings import Settings, cache_root, safe_resolve
 
 FORMAT = 1
 
@@ -57,8 +57,7 @@ class ResultsCache:
 
     @classmethod
     def for_run(cls, settings: Settings, options: Any) -> ResultsCache:
-        env = os.environ.get("MBMEM_LINT_CACHE_DIR")
-        base = Path(env) if env else (settings.root or Path.cwd()) / ".cache" / "mbmem-lint"
+        base = cache_root(settings)
         context = f"{__version__}|{FORMAT}|{settings!r}|{options!r}"
         return cls(base / f"results-v{FORMAT}", hashlib.sha256(context.encode()).hexdigest())
 

@@ -57,6 +57,13 @@ def safe_resolve(path: str | Path) -> Path:
         return Path(os.path.abspath(path))
 
 
+def cache_root(settings: Settings) -> Path:
+    """Folder of the on-disk caches: ``$MBMEM_LINT_CACHE_DIR``, else ``.cache/mbmem-lint`` beside the
+    pyproject.toml (or in the working folder)."""
+    env = os.environ.get("MBMEM_LINT_CACHE_DIR")
+    return Path(env) if env else (settings.root or Path.cwd()) / ".cache" / "mbmem-lint"
+
+
 class SettingsError(ValueError):
     """Invalid ``[tool.mbmem-lint]`` content; reported with exit code 2."""
 

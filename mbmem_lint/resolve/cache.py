@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mbmem_lint import __version__
-from mbmem_lint.settings import Settings
+from mbmem_lint.settings import Settings, cache_root
 
 IR_FORMAT = 1
 
@@ -25,9 +25,7 @@ class IRCache:
 
     @classmethod
     def for_settings(cls, settings: Settings) -> IRCache:
-        env = os.environ.get("MBMEM_LINT_CACHE_DIR")
-        base = Path(env) if env else (settings.root or Path.cwd()) / ".cache" / "mbmem-lint"
-        return cls(base / f"ir-v{IR_FORMAT}")
+        return cls(cache_root(settings) / f"ir-v{IR_FORMAT}")
 
     @staticmethod
     def key(text: str) -> str:
