@@ -67,15 +67,17 @@ def resolve_paths(paths: list[str], settings: Settings, options: ResolveOptions)
 
 
 def filter_tool_diagnostics(diags: list[Diagnostic], settings: Settings) -> list[Diagnostic]:
-    """select/ignore/per-file-ignores for tool diagnostics (MBM0xx) produced outside the rule engine."""
+    """select/ignore/per-file-ignores/severity for tool diagnostics (MBM0xx) produced outside the rule
+    engine, with the engine's selector matching (code, prefix or name)."""
+    from mbmem_lint.check.engine import matches_any
+
     out = []
     for d in diags:
-        if settings.select and not any(d.code.startswith(s) for s in settings.select):
+        if settings.select and not matches_any(d, settings.select):
             continue
-        ignored = list(settings.ignore) + settings.ignored_codes_for(d.location.path)
-        if any(d.code.startswith(i) for i in ignored):
+        if matches_any(d, list(settings.ignore) + settings.ignored_codes_for(d.location.path)):
             continue
-        sev = settings.severity.get(d.code)
+        sev = settings.severity.get(d.code) or settings.severity.get(d.name)
         if sev in SEVERITY_RANK:
             d.severity = sev  # type: ignore[assignment]
         out.append(d)
