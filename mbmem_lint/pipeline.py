@@ -224,6 +224,22 @@ def _check_chunk(index: int) -> tuple[list[Diagnostic], list[str], int]:
     return tool + findings, run.failed, run.functions_seen
 
 
+def _affinity_order(paths: list[str]) -> list[str]:
+    """Files ordered so that likely-related ones fall in one chunk: by their path below the common
+    root without its first folder, so ``perf_recipes/llama/h100/llama3.py`` sits next to the
+    ``recipes/llama/llama3.py`` it imports. A worker lowers and interprets every module its files
+    import, so splitting such pairs across workers interprets the imported recipes twice."""
+    if len(paths) < 2:
+        return list(paths)
+    root = os.path.commonpath(paths)
+
+    def key(p: str) -> tuple[tuple[str, ...], str]:
+        rel = Path(os.path.relpath(p, root)).parts
+        return (rel[1:] if len(rel) > 1 else rel), p
+
+    return sorted(paths, key=key)
+
+
 def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
                         need_edits: bool) -> CheckRun:
     """Split the files over ``jobs`` forked workers. Every worker sees the whole tree (imports work
@@ -238,7 +254,7 @@ def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveO
     # Loaded once before forking: the workers share these pages instead of each loading a copy.
     Schema.load()
     LibrarySummary.load()
-    paths = sorted(s.path for s in found.python)
+    paths = _affinity_order(sorted(s.path for s in found.python))
     size = -(-len(paths) // jobs)
     chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
     _WORK = (found, settings, options, chunks, need_edits)

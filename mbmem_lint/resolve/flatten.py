@@ -197,19 +197,24 @@ def _default_field(obj: Obj, name: str) -> ResolvedField | None:
     return ResolvedField(value, "default", p.loc, p.anchor, value.reason if isinstance(value, Unknown) else "")
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None)})  # to_json returns these as they are
+_NOT_WRITTEN = frozenset({"default", "model-table"})
+
+
 def collect_writes(root: Obj) -> list[Write]:
     """Every recorded assignment under ``root``, in execution order."""
     writes: list[tuple[int, Write]] = []
     seen: set[int] = set()
 
     def add(path: str, owner: Obj | None, history: Any) -> None:
+        cls = owner.cls if owner is not None else None
         for rec in history:
             p = rec.prov
-            if p.origin in ("default", "model-table"):
+            if p.origin in _NOT_WRITTEN:
                 continue  # not assignments anyone wrote: the fields map keeps their values
-            writes.append((p.seq, Write(path, to_json(rec.value), p.origin, p.loc, p.anchor, rec.valid,
-                                        owner.cls if owner is not None else None, p.target_text, p.stmt,
-                                        p.function)))
+            v = rec.value
+            writes.append((p.seq, Write(path, v if type(v) in _PLAIN else to_json(v), p.origin, p.loc, p.anchor,
+                                        rec.valid, cls, p.target_text, p.stmt, p.function)))
 
     def walk(obj: Obj, prefix: str, depth: int) -> None:
         if id(obj) in seen or depth > MAX_DEPTH:

@@ -10,15 +10,14 @@ the library being installed and without re-parsing it.
 from __future__ import annotations
 
 import functools
-import gzip
-import json
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.parse.python import PythonParseError, lower_module
 
-LIBRARY_FILE = "library.json.gz"
+LIBRARY_FILE = "library.pack"
 MEGATRON_BRIDGE_VERSION = "0.6.2"
 
 # Folders (all modules below) and single modules of megatron/bridge that recipes import code from.
@@ -35,30 +34,32 @@ LIBRARY_MODULES = (
 
 
 class LibrarySummary:
-    def __init__(self, modules: dict[str, dict[str, Any]], version: str = MEGATRON_BRIDGE_VERSION) -> None:
+    """Module name → (path, package flag, lowered body); bodies are decoded on first use."""
+
+    def __init__(self, modules: Mapping[str, Mapping[str, Any]], bodies: Mapping[str, Any],
+                 version: str = MEGATRON_BRIDGE_VERSION) -> None:
         self.modules = modules
+        self.bodies = bodies
         self.version = version
 
     @classmethod
     @functools.lru_cache(maxsize=1)
     def load(cls) -> LibrarySummary:
+        from mbmem_lint.data_pack import Pack
+
         res = resources.files("mbmem_lint.data").joinpath(LIBRARY_FILE)
         if not res.is_file():
-            return cls({})
-        data = json.loads(gzip.decompress(res.read_bytes()).decode("utf-8"))
-        return cls(data["modules"], data.get("megatron_bridge", MEGATRON_BRIDGE_VERSION))
+            return cls({}, {})
+        pack = Pack(res.read_bytes())
+        return cls(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", MEGATRON_BRIDGE_VERSION))
 
     def has_module(self, name: str) -> bool:
         return name in self.modules
 
     def module_body(self, name: str) -> list[Any] | None:
-        m = self.modules.get(name)
-        if m is None:
+        if name not in self.modules:
             return None
-        body = m.get("body")
-        if body is None:
-            # Bodies ship as JSON strings and are parsed on first use: a recipe touches few modules.
-            body = m["body"] = json.loads(m["body_json"])
+        body: list[Any] = self.bodies[name]
         return body
 
     def module_path(self, name: str) -> str:
@@ -78,8 +79,10 @@ def library_source_files(corpus: Path) -> list[Path]:
 
 
 def generate_library(corpus: Path) -> dict[str, Any]:
-    """Lower every summary module of the unpacked wheel at ``corpus`` (holding ``megatron/bridge``)."""
+    """Lower every summary module of the unpacked wheel at ``corpus`` (holding ``megatron/bridge``):
+    ``{"megatron_bridge": version, "modules": {name: {"path", "package"}}, "bodies": {name: IR}}``."""
     modules: dict[str, dict[str, Any]] = {}
+    bodies: dict[str, Any] = {}
     for f in library_source_files(corpus):
         rel = f.relative_to(corpus).as_posix()
         parts = rel[:-3].split("/")
@@ -90,11 +93,13 @@ def generate_library(corpus: Path) -> dict[str, Any]:
             body = lower_module(f.read_text(encoding="utf-8"), rel)
         except PythonParseError as exc:  # pragma: no cover - the wheel parses
             raise RuntimeError(f"{rel}: {exc.message}") from exc
-        body_json = json.dumps(body, separators=(",", ":"))
-        modules[".".join(parts)] = {"path": rel, "package": package, "body_json": body_json}
-    return {"megatron_bridge": MEGATRON_BRIDGE_VERSION, "modules": dict(sorted(modules.items()))}
+        name = ".".join(parts)
+        modules[name] = {"path": rel, "package": package}
+        bodies[name] = body
+    return {"megatron_bridge": MEGATRON_BRIDGE_VERSION, "modules": dict(sorted(modules.items())), "bodies": bodies}
 
 
-def dump_library(data: dict[str, Any]) -> bytes:
-    raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return gzip.compress(raw, compresslevel=9, mtime=0)
+def dump_library(data: Mapping[str, Any]) -> bytes:
+    from mbmem_lint.data_pack import dump_pack
+
+    return dump_pack({"megatron_bridge": data["megatron_bridge"], "modules": data["modules"]}, data["bodies"])

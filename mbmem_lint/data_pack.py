@@ -1,0 +1,85 @@
+"""A read-on-demand container for the shipped data (schema classes, library module bodies).
+
+Every run reads a few dozen of the ~350 schema classes and ~300 library modules. A gzipped JSON
+document must be inflated and parsed whole (~0.1 s of a one-file run); a pack parses a small index
+and inflates one entry when it is first asked for.
+
+Layout (all deterministic, so ``dev regenerate --check`` compares bytes)::
+
+    b"MBMPACK1\\n" + b"<header length>\\n" + header JSON + entry blobs
+
+The header is ``{"meta": ..., "index": {name: [offset, length]}}``; offsets count from the first
+blob; each blob is one entry's compact, key-sorted JSON, zlib-compressed.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+MAGIC = b"MBMPACK1\n"
+
+
+class PackError(ValueError):
+    """The bytes are not a data pack (damaged or foreign file)."""
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def dump_pack(meta: Any, entries: Mapping[str, Any]) -> bytes:
+    blobs: list[bytes] = []
+    index: dict[str, list[int]] = {}
+    offset = 0
+    for name in sorted(entries):
+        blob = zlib.compress(_dumps(entries[name]), 9)
+        index[name] = [offset, len(blob)]
+        offset += len(blob)
+        blobs.append(blob)
+    header = _dumps({"meta": meta, "index": index})
+    return MAGIC + str(len(header)).encode("ascii") + b"\n" + header + b"".join(blobs)
+
+
+class Pack(Mapping[str, Any]):
+    """Entries by name, each decoded on first access and kept."""
+
+    def __init__(self, data: bytes) -> None:
+        if not data.startswith(MAGIC):
+            raise PackError("not an mbmem-lint data pack")
+        nl = data.find(b"\n", len(MAGIC))
+        try:
+            size = int(data[len(MAGIC):nl])
+            header = json.loads(data[nl + 1:nl + 1 + size])
+        except ValueError as exc:
+            raise PackError(f"damaged data pack header: {exc}") from exc
+        self.meta: Any = header["meta"]
+        self._index: dict[str, list[int]] = header["index"]
+        self._data = data
+        self._base = nl + 1 + size
+        self._decoded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        hit = self._decoded.get(name, self)
+        if hit is not self:
+            return hit
+        offset, length = self._index[name]
+        start = self._base + offset
+        value = json.loads(zlib.decompress(self._data[start:start + length]))
+        self._decoded[name] = value
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every entry decoded (tests and comparisons)."""
+        return {name: self[name] for name in self._index}
