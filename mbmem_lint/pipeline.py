@@ -176,21 +176,45 @@ def merge_findings(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return sorted(chosen.values(), key=lambda d: d.sort_key())
 
 
+def load_overrides(found: Discovered) -> tuple[list[OverrideFile], list[Diagnostic]]:
+    """The discovered YAML files that are override files, and their parse diagnostics."""
+    overrides: list[OverrideFile] = []
+    diags: list[Diagnostic] = []
+    for src in found.yaml:
+        f = load_override_file(src.path, src.text)
+        if src.path in found.explicit_yaml or _looks_like_override(f):
+            overrides.append(f)
+            diags.extend(f.diagnostics)
+    return overrides, diags
+
+
+def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
+                        need_edits: bool) -> CheckRun:
+    """Check on ``jobs`` forked workers (:mod:`mbmem_lint.parallel`); findings come back, de-duplicated."""
+    from mbmem_lint.parallel import run_parallel
+
+    run = CheckRun()
+    for src in found.python + found.yaml:
+        run.sources[src.path] = src
+    everything = filter_tool_diagnostics(list(found.diagnostics), settings)
+    for part in run_parallel(found, settings, options, jobs, need_edits):
+        run.failed.extend(part.failed)
+        run.functions_seen += part.functions_seen
+        everything.extend(part.diagnostics)
+    run.diagnostics = merge_findings(everything)
+    return run
+
+
 def _resolve_found(found: Discovered, settings: Settings, options: ResolveOptions,
-                   own: set[str] | None = None, with_yaml: bool = True,
+                   own: set[str] | None = None,
                    resolver_out: list[Resolver] | None = None,
                    on_file: Any = None) -> CheckRun:
     run = CheckRun()
-    run.diagnostics.extend(d for d in found.diagnostics if with_yaml)
+    run.diagnostics.extend(found.diagnostics)
     for src in found.python + found.yaml:
         run.sources[src.path] = src
-    overrides: list[OverrideFile] = []
-    if with_yaml:
-        for src in found.yaml:
-            f = load_override_file(src.path, src.text)
-            if src.path in found.explicit_yaml or _looks_like_override(f):
-                overrides.append(f)
-                run.diagnostics.extend(f.diagnostics)
+    overrides, diags = load_overrides(found)
+    run.diagnostics.extend(diags)
     resolver = Resolver(settings, options)
     if resolver_out is not None:
         resolver_out.append(resolver)
@@ -200,79 +224,6 @@ def _resolve_found(found: Discovered, settings: Settings, options: ResolveOption
     run.overrides = overrides
     run.failed = result.failed
     run.functions_seen = result.functions_seen
-    return run
-
-
-# Worker state for the parallel check (inherited through fork; nothing user-supplied is pickled in).
-_WORK: tuple[Discovered, Settings, ResolveOptions, list[list[str]], bool] | None = None
-
-
-def _check_chunk(index: int) -> tuple[list[Diagnostic], list[str], int]:
-    from mbmem_lint.check.engine import run_checks
-
-    assert _WORK is not None
-    found, settings, options, chunks, need_edits = _WORK
-    streamed: list[Diagnostic] = []
-    run = _resolve_found(found, settings, options, own=set(chunks[index]), with_yaml=index == 0,
-                         on_file=_checker(settings, found, streamed))
-    tool = filter_tool_diagnostics(run.diagnostics, settings)
-    findings = streamed + run_checks(run.recipes, run.overrides, settings, run.sources)
-    for d in findings:
-        if d.fix is not None:
-            # Builders are closures over this process's state: compute the edits here or drop them.
-            d.fix.edits = d.fix.edits if need_edits else []
-    return tool + findings, run.failed, run.functions_seen
-
-
-def _affinity_order(paths: list[str]) -> list[str]:
-    """Files ordered so that likely-related ones fall in one chunk: by their path below the common
-    root without its first folder, so ``perf_recipes/llama/h100/llama3.py`` sits next to the
-    ``recipes/llama/llama3.py`` it imports. A worker lowers and interprets every module its files
-    import, so splitting such pairs across workers interprets the imported recipes twice."""
-    if len(paths) < 2:
-        return list(paths)
-    root = os.path.commonpath(paths)
-
-    def key(p: str) -> tuple[tuple[str, ...], str]:
-        rel = Path(os.path.relpath(p, root)).parts
-        return (rel[1:] if len(rel) > 1 else rel), p
-
-    return sorted(paths, key=key)
-
-
-def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
-                        need_edits: bool) -> CheckRun:
-    """Split the files over ``jobs`` forked workers. Every worker sees the whole tree (imports work
-    across chunks; files outside its chunk are lowered only when imported) and resolves and checks
-    the recipes of its own chunk; findings come back, de-duplicated."""
-    import multiprocessing
-
-    global _WORK
-    from mbmem_lint.resolve.library import LibrarySummary
-    from mbmem_lint.resolve.schema import Schema
-
-    # Loaded once before forking: the workers share these pages instead of each loading a copy.
-    Schema.load()
-    LibrarySummary.load()
-    paths = _affinity_order(sorted(s.path for s in found.python))
-    size = -(-len(paths) // jobs)
-    chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
-    _WORK = (found, settings, options, chunks, need_edits)
-    try:
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(len(chunks)) as pool:
-            parts = pool.map(_check_chunk, range(len(chunks)))
-    finally:
-        _WORK = None
-    run = CheckRun()
-    for src in found.python + found.yaml:
-        run.sources[src.path] = src
-    everything: list[Diagnostic] = []
-    for diags, failed, n in parts:
-        run.failed.extend(failed)
-        run.functions_seen += n
-        everything.extend(diags)
-    run.diagnostics = merge_findings(everything)
     return run
 
 

@@ -37,6 +37,7 @@ Keys accept ``kebab-case`` or ``snake_case``.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -50,11 +51,18 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 
 def safe_resolve(path: str | Path) -> Path:
-    """``Path.resolve()`` that survives symlink loops and unreadable folders (absolute path instead)."""
+    """``Path.resolve()`` that survives symlink loops and unreadable folders (absolute path instead).
+    Memoised: a run asks for the same few hundred paths many times (the resolver's file index, the
+    per-path settings), and the tree does not change under a run."""
+    return _resolve_abs(os.path.abspath(path))  # absolute first: a relative key depends on the cwd
+
+
+@functools.lru_cache(maxsize=16384)
+def _resolve_abs(path: str) -> Path:
     try:
         return Path(path).resolve()
     except (OSError, RuntimeError):
-        return Path(os.path.abspath(path))
+        return Path(path)
 
 
 def cache_root(settings: Settings) -> Path:

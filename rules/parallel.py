@@ -18,12 +18,6 @@ VPP = "model.virtual_pipeline_model_parallel_size"
 SP = "model.sequence_parallel"
 
 
-def _recent(ctx: RuleContext, paths: list[str]) -> list[str]:
-    """``paths`` with the most recently written first (the finding points at the latest change)."""
-    order = {w.path: i for i, w in enumerate(ctx.r.writes)}
-    return sorted(paths, key=lambda p: -order.get(p, -1))
-
-
 def _etp(ctx: RuleContext) -> int | None:
     ep, tp = ctx.ep(), ctx.tp()
     v = ctx.get(ETP)
@@ -47,14 +41,14 @@ def _world_size(ctx: RuleContext) -> Iterator[Finding]:
     if ws % (tp * pp * cp):
         yield Finding(
             f"world size {ws} is not divisible by TP·PP·CP = {tp}·{pp}·{cp} = {tp * pp * cp}",
-            _recent(ctx, [TP, PP, CP]),
+            ctx.recent([TP, PP, CP]),
         )
         return
     etp = _etp(ctx)
     if ep is not None and etp is not None and ep > 1 and ws % (etp * ep * pp):
         yield Finding(
             f"world size {ws} is not divisible by ETP·EP·PP = {etp}·{ep}·{pp} = {etp * ep * pp}",
-            _recent(ctx, [EP, ETP, PP]),
+            ctx.recent([EP, ETP, PP]),
         )
 
 
@@ -91,29 +85,29 @@ def _tp_divisibility(ctx: RuleContext) -> Iterator[Finding]:
     heads = ctx.as_int("model.num_attention_heads")
     if heads and heads % tp:
         yield Finding(f"num_attention_heads ({heads}) must be a multiple of tensor_model_parallel_size ({tp})",
-                      _recent(ctx, [TP, "model.num_attention_heads"]))
+                      ctx.recent([TP, "model.num_attention_heads"]))
         return
     groups = ctx.as_int("model.num_query_groups")
     if groups and groups % tp and tp % groups:
         yield Finding(f"num_query_groups ({groups}) must be a multiple or a divisor of tensor_model_parallel_size ({tp})",
-                      _recent(ctx, [TP, "model.num_query_groups"]))
+                      ctx.recent([TP, "model.num_query_groups"]))
         return
     ffn = ctx.as_int("model.ffn_hidden_size")
     if ffn and ffn % tp:
         yield Finding(f"ffn_hidden_size ({ffn}) is not divisible by tensor_model_parallel_size ({tp})",
-                      _recent(ctx, [TP, "model.ffn_hidden_size"]))
+                      ctx.recent([TP, "model.ffn_hidden_size"]))
         return
     if ctx.value_is("model.should_pad_vocab", False):
         vocab = ctx.as_int("model.vocab_size")
         if vocab and vocab % tp:
             yield Finding(
                 f"vocab_size ({vocab}) is not divisible by tensor_model_parallel_size ({tp}) and should_pad_vocab is False",
-                _recent(ctx, [TP, "model.vocab_size"]))
+                ctx.recent([TP, "model.vocab_size"]))
     etp = _etp(ctx)
     moe_ffn = ctx.as_int("model.moe_ffn_hidden_size")
     if etp and etp > 1 and moe_ffn and ctx.as_int("model.num_moe_experts") and moe_ffn % etp:
         yield Finding(f"moe_ffn_hidden_size ({moe_ffn}) is not divisible by expert_tensor_parallel_size ({etp})",
-                      _recent(ctx, [ETP, "model.moe_ffn_hidden_size"]))
+                      ctx.recent([ETP, "model.moe_ffn_hidden_size"]))
 
 
 MBM102 = Rule(
@@ -167,7 +161,7 @@ def _pipeline_layers(ctx: RuleContext) -> Iterator[Finding]:
         return
     if uneven and (acc_e or acc_l):
         yield Finding("num_layers_in_first/last_pipeline_stage and account_for_*_in_pipeline_split cannot be set at the same time",
-                      _recent(ctx, ["model.num_layers_in_first_pipeline_stage", "model.account_for_embedding_in_pipeline_split"]))
+                      ctx.recent(["model.num_layers_in_first_pipeline_stage", "model.account_for_embedding_in_pipeline_split"]))
         return
     if pp <= 1:
         return
@@ -187,22 +181,22 @@ def _pipeline_layers(ctx: RuleContext) -> Iterator[Finding]:
         middle = layers - f - la
         if middle_stages <= 0 and middle != 0 or middle < 0:
             yield Finding(f"{middle} layers are left for {max(middle_stages, 0)} middle pipeline stages",
-                          _recent(ctx, ["model.num_layers_in_first_pipeline_stage", "model.num_layers_in_last_pipeline_stage", PP]))
+                          ctx.recent(["model.num_layers_in_first_pipeline_stage", "model.num_layers_in_last_pipeline_stage", PP]))
         elif middle_stages > 0 and middle % middle_stages:
             yield Finding(f"the {middle} middle layers are not divisible by the {middle_stages} middle pipeline stages",
-                          _recent(ctx, ["model.num_layers_in_first_pipeline_stage", "model.num_layers_in_last_pipeline_stage", PP]))
+                          ctx.recent(["model.num_layers_in_first_pipeline_stage", "model.num_layers_in_last_pipeline_stage", PP]))
         elif middle_stages > 0 and vpp and (middle // middle_stages) % vpp:
             yield Finding(f"layers on each middle pipeline rank ({middle // middle_stages}) must be divisible by the virtual pipeline degree ({vpp})",
-                          _recent(ctx, [VPP, PP]))
+                          ctx.recent([VPP, PP]))
         return
     total = layers + (1 if acc_e else 0) + (1 if acc_l else 0)
     if total % pp:
         extra = f" (+{total - layers} for account_for_*)" if total != layers else ""
         yield Finding(f"num_layers={layers}{extra} is not divisible by pipeline_model_parallel_size={pp}",
-                      _recent(ctx, [PP, "model.num_layers"]))
+                      ctx.recent([PP, "model.num_layers"]))
     elif vpp and (total // pp) % vpp:
         yield Finding(f"layers per pipeline rank ({total // pp}) are not divisible by virtual_pipeline_model_parallel_size={vpp}",
-                      _recent(ctx, [VPP, PP, "model.num_layers"]))
+                      ctx.recent([VPP, PP, "model.num_layers"]))
 
 
 MBM103 = Rule(
@@ -291,7 +285,7 @@ def _vpp_microbatches(ctx: RuleContext) -> Iterator[Finding]:
     group = ctx.as_int("model.microbatch_group_size_per_vp_stage", pp)
     if m is None or group is None:
         return
-    fields = [*_recent(ctx, ["train.global_batch_size", "train.micro_batch_size"]), VPP, PP]
+    fields = [*ctx.recent(["train.global_batch_size", "train.micro_batch_size"]), VPP, PP]
     if group > m or group < pp:
         yield Finding(f"with VPP the number of micro-batches ({m}) must be ≥ microbatch_group_size_per_vp_stage ({group}) ≥ PP ({pp})", fields)
     elif 0 < m % group < pp:
@@ -334,7 +328,7 @@ def _global_batch(ctx: RuleContext) -> Iterator[Finding]:
     gbs, mbs, dp = ctx.as_int("train.global_batch_size"), ctx.as_int("train.micro_batch_size", 1), ctx.dp()
     if not gbs or not mbs or not dp:
         return
-    fields = [*_recent(ctx, ["train.global_batch_size", "train.micro_batch_size"]), TP, PP, CP]
+    fields = [*ctx.recent(["train.global_batch_size", "train.micro_batch_size"]), TP, PP, CP]
     if gbs < mbs * dp:
         yield Finding(f"global_batch_size ({gbs}) is smaller than micro_batch_size·DP ({mbs}·{dp}): no micro-batch per rank", fields)
         return
@@ -349,7 +343,7 @@ def _global_batch(ctx: RuleContext) -> Iterator[Finding]:
     embs = ctx.as_int("validation.eval_micro_batch_size", mbs)
     if egbs and embs and egbs % (embs * dp):
         yield Finding(f"eval_global_batch_size ({egbs}) is not divisible by eval_micro_batch_size ({embs}) × DP ({dp})",
-                      _recent(ctx, ["validation.eval_global_batch_size", "validation.eval_micro_batch_size"]))
+                      ctx.recent(["validation.eval_global_batch_size", "validation.eval_micro_batch_size"]))
 
 
 MBM106 = Rule(
@@ -384,16 +378,16 @@ def _seq_length(ctx: RuleContext) -> Iterator[Finding]:
         return
     if cp > 1 and seq % (2 * cp):
         yield Finding(f"seq_length ({seq}) must be divisible by 2·context_parallel_size ({2 * cp})",
-                      _recent(ctx, ["model.seq_length", CP]))
+                      ctx.recent(["model.seq_length", CP]))
         return
     if ctx.is_true(SP) and tp > 1 and (seq // cp) % tp:
         yield Finding(f"with sequence parallelism, seq_length/CP ({seq // cp}) must be divisible by TP ({tp})",
-                      _recent(ctx, ["model.seq_length", TP, CP]))
+                      ctx.recent(["model.seq_length", TP, CP]))
         return
     dseq = ctx.as_int("dataset.seq_length")
     if dseq is not None and dseq != seq and ctx.explicitly_set("dataset.seq_length"):
         yield Finding(f"model.seq_length ({seq}) and dataset.seq_length ({dseq}) differ",
-                      _recent(ctx, ["model.seq_length", "dataset.seq_length"]))
+                      ctx.recent(["model.seq_length", "dataset.seq_length"]))
 
 
 MBM107 = Rule(
@@ -558,12 +552,12 @@ def _moe_ep(ctx: RuleContext) -> Iterator[Finding]:
         return
     if experts and ep > 1 and experts % ep:
         yield Finding(f"num_moe_experts ({experts}) is not divisible by expert_model_parallel_size ({ep})",
-                      _recent(ctx, [EP, "model.num_moe_experts"]))
+                      ctx.recent([EP, "model.num_moe_experts"]))
         return
     etp = _etp(ctx)
     if experts and ctx.is_true("model.add_bias_linear") and etp is not None and etp != 1:
         yield Finding(f"MoE with add_bias_linear=True needs expert_tensor_parallel_size=1 (got {etp})",
-                      _recent(ctx, ["model.add_bias_linear", ETP, TP]),
+                      ctx.recent(["model.add_bias_linear", ETP, TP]),
                       fix=fix_set(ctx, ETP, "1", "set expert_tensor_parallel_size=1", "unsafe"))
 
 
@@ -602,7 +596,7 @@ def _p2p(ctx: RuleContext) -> Iterator[Finding]:
     overlap, batch = ctx.get("model.overlap_p2p_comm"), ctx.get("model.batch_p2p_comm")
     if overlap is True and batch is True and vraw:
         yield Finding("overlap_p2p_comm and batch_p2p_comm cannot both be True with the interleaved schedule",
-                      _recent(ctx, ["model.overlap_p2p_comm", "model.batch_p2p_comm"]))
+                      ctx.recent(["model.overlap_p2p_comm", "model.batch_p2p_comm"]))
     elif overlap is True and not vraw:
         yield Finding("overlap_p2p_comm=True needs virtual pipeline parallelism (non-interleaved PP does not support it)",
                       ["model.overlap_p2p_comm", VPP])

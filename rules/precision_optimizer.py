@@ -278,9 +278,8 @@ def _mp_dead_fix(ctx: RuleContext, w: Any, name: str, value_src: str) -> Any:
         else:
             own = ctx.user_write(mp_path)
             mp_w = ctx.user_write("mixed_precision")
-            order = {id(x): i for i, x in enumerate(ctx.r.writes)}
             if (own is not None and own.origin == "recipe" and own.function in (None, ctx.r.function)
-                    and (mp_w is None or order.get(id(own), -1) > order.get(id(mp_w), -1))):
+                    and (mp_w is None or ctx.write_position(own) > ctx.write_position(mp_w))):
                 out += edits.set_field(ctx.r, mp_path, value_src, ctx.sources)
             else:
                 out += edits.insert_before_return(ctx.r, f"{cfg}.{mp_path} = {value_src}", ctx.sources)

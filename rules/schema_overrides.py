@@ -43,8 +43,8 @@ def _entry_for(ctx: RuleContext, w: Write) -> OverrideEntry | None:
 
 def _unknown_fields(ctx: RuleContext) -> Iterator[Finding]:
     seen: set[tuple[str, int, int]] = set()
-    for w in ctx.r.writes:
-        if w.valid_field or w.path in _SKIP or w.origin not in ("recipe", "yaml", "cli"):
+    for w in ctx.invalid_writes():
+        if w.path in _SKIP or w.origin not in ("recipe", "yaml", "cli"):
             continue
         key = (w.location.path, w.location.line, w.location.column)
         if key in seen:

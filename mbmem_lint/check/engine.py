@@ -92,10 +92,10 @@ def _crash(rule: Rule, path: str, function: str | None, exc: BaseException, line
 
 def _culprit(ctx: RuleContext, fields: list[str]) -> str:
     """Of the finding's fields, the one the recipe changed last (ties: the first listed)."""
-    order = {w.path: i for i, w in enumerate(ctx.r.writes) if w.origin not in ("runtime", "default", "model-table")}
-    best, best_i = fields[0], order.get(fields[0], -1)
+    skip = ("runtime", "default", "model-table")
+    best, best_i = fields[0], ctx.last_change(fields[0], skip_origins=skip)
     for p in fields[1:]:
-        i = order.get(p, -1)
+        i = ctx.last_change(p, skip_origins=skip)
         if i > best_i:
             best, best_i = p, i
     return best

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from mbmem_lint.diagnostics import Applicability, Edit, Fix, Location, Severity
 from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
+from mbmem_lint.resolve.flatten import LazyWrites
 from mbmem_lint.resolve.resolved import UNKNOWN, ResolvedRecipe, Write, is_known
 from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile
@@ -258,31 +259,56 @@ class RuleContext:
         return True
 
     # -- writes -------------------------------------------------------------------------------------
-    def _write_index(self) -> tuple[dict[str, list[Write]], dict[str, int]]:
-        """Writes by path and each path's last position, built once per recipe (rules ask often)."""
-        cached = self.r.__dict__.get("_write_index")
-        if cached is None:
-            by_path: dict[str, list[Write]] = {}
-            order: dict[str, int] = {}
-            for i, w in enumerate(self.r.writes):
-                by_path.setdefault(w.path, []).append(w)
-                order[w.path] = i
-            cached = self.r.__dict__["_write_index"] = (by_path, order)
-        return cached
+    def _path_writes(self, path: str) -> list[Write]:
+        """Writes of ``path`` in execution order (the lazy per-path index of resolved recipes; an
+        index built once per recipe for plain lists)."""
+        writes = self.r.writes
+        if isinstance(writes, LazyWrites):
+            return writes.for_path(path)
+        index = self.r.__dict__.get("_write_index")
+        if index is None:
+            index = {}
+            for w in writes:
+                index.setdefault(w.path, []).append(w)
+            self.r.__dict__["_write_index"] = index
+        return index.get(path, [])
+
+    def write_position(self, w: Write) -> int:
+        """Execution order of a write: its sequence number, else its place in a plain list."""
+        if w.seq >= 0:
+            return w.seq
+        try:
+            return self.r.writes.index(w)
+        except ValueError:
+            return -1
 
     def writes(self, path: str) -> list[Write]:
-        return list(self._write_index()[0].get(path, ()))
+        return list(self._path_writes(path))
+
+    def invalid_writes(self) -> list[Write]:
+        """Writes to attributes that are not fields of their class (typos, removed fields), in order."""
+        writes = self.r.writes
+        if isinstance(writes, LazyWrites):
+            return writes.invalid()
+        return [w for w in writes if not w.valid_field]
 
     def last_write(self, path: str) -> Write | None:
-        ws = self._write_index()[0].get(path)
+        ws = self._path_writes(path)
         return ws[-1] if ws else None
 
     def user_write(self, path: str) -> Write | None:
         """The last write before runtime rewrites (what the recipe, library or overrides set)."""
-        for w in reversed(self._write_index()[0].get(path, ())):
+        for w in reversed(self._path_writes(path)):
             if w.origin != "runtime":
                 return w
         return None
+
+    def last_change(self, path: str, *, skip_origins: tuple[str, ...] = ()) -> int:
+        """Position of the last write of ``path`` (ignoring ``skip_origins``), -1 when none."""
+        for w in reversed(self._path_writes(path)):
+            if w.origin not in skip_origins:
+                return self.write_position(w)
+        return -1
 
     def explicitly_set(self, path: str) -> bool:
         w = self.user_write(path)
@@ -303,8 +329,7 @@ class RuleContext:
 
     def recent(self, paths: list[str]) -> list[str]:
         """``paths`` with the most recently written first: findings point at the latest change."""
-        order = self._write_index()[1]
-        return sorted(paths, key=lambda p: -order.get(p, -1))
+        return sorted(paths, key=lambda p: -self.last_change(p))
 
     # -- fixes ----------------------------------------------------------------------------------------
     def fix(

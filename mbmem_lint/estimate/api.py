@@ -22,7 +22,7 @@ from mbmem_lint.estimate.overheads import (
     fragmentation_component,
     runtime_components,
 )
-from mbmem_lint.estimate.params import layer_sublayers
+from mbmem_lint.estimate.params import layer_kind
 from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
 from mbmem_lint.resolve.resolved import ResolvedRecipe
@@ -52,7 +52,7 @@ def _activation_components(inp: Inputs, plan: StagePlan) -> tuple[list[Component
     for chunk in plan.chunks:
         vals: list[float] = []
         for i in chunk:
-            kind = tuple(layer_sublayers(inp.shape, i))
+            kind = layer_kind(inp.shape, i)
             hit = by_kind.get(kind)
             if hit is None:
                 terms = layer_terms(inp, i)

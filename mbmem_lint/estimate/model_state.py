@@ -6,8 +6,8 @@ from mbmem_lint.estimate.inputs import Inputs
 from mbmem_lint.estimate.params import (
     Params,
     embedding_params,
+    layer_kind,
     layer_params,
-    layer_sublayers,
     lora_params,
     norm_params,
     output_params,
@@ -29,19 +29,21 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
     s = inp.shape
     base = Params()
     adapters = Params()
-    by_kind: dict[tuple[object, ...], tuple[Params, Params | None]] = {}  # same kind, same parameters
+    # Layers of one kind have the same parameters: count the kinds, compute each once. (Counts
+    # are integers, so the products equal the layer-by-layer sums exactly.)
+    counts: dict[tuple[object, ...], list[int]] = {}  # kind -> [first layer index, count]
     for i in layers:
-        kind = (i >= s.num_layers, *layer_sublayers(s, i))  # MTP layers add their projection
-        hit = by_kind.get(kind)
+        kind = (i >= s.num_layers, *layer_kind(s, i))  # MTP layers add their projection
+        hit = counts.get(kind)
         if hit is None:
-            ad = None
-            if inp.peft is not None:
-                copies = float(inp.par.ep * inp.par.etp) if inp.peft.share_expert_adapters else None
-                ad = lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, i, copies)
-            hit = by_kind[kind] = (layer_params(s, i), ad)
-        base = base + hit[0]
-        if hit[1] is not None:
-            adapters = adapters + hit[1]
+            counts[kind] = [i, 1]
+        else:
+            hit[1] += 1
+    for first_i, n in counts.values():
+        base = base + layer_params(s, first_i).times(n)
+        if inp.peft is not None:
+            copies = float(inp.par.ep * inp.par.etp) if inp.peft.share_expert_adapters else None
+            adapters = adapters + lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, first_i, copies).times(n)
     has_mtp = any(i >= s.num_layers for i in layers)
     if last:
         base = base + Params(rep=norm_params(s, s.hidden))

@@ -24,6 +24,9 @@ class Params:
         return Params(self.tp + o.tp, self.rep + o.rep, self.expert + o.expert, self.linear + o.linear,
                       self.expert_linear + o.expert_linear)
 
+    def times(self, n: int) -> Params:
+        return Params(self.tp * n, self.rep * n, self.expert * n, self.linear * n, self.expert_linear * n)
+
     @property
     def total(self) -> float:
         return self.tp + self.rep + self.expert
@@ -108,6 +111,15 @@ def layer_sublayers(s: Shape, index: int) -> list[str]:
     else:
         is_moe = s.moe_pattern[index]
     return [attn, "moe" if is_moe else "mlp"]
+
+
+def layer_kind(s: Shape, index: int) -> tuple[str, ...]:
+    """:func:`layer_sublayers` as a tuple, memoised on the shape (estimates ask per layer, per stage)."""
+    cache: dict[int, tuple[str, ...]] = s.__dict__.setdefault("_layer_kinds", {})
+    kind = cache.get(index)
+    if kind is None:
+        kind = cache[index] = tuple(layer_sublayers(s, index))
+    return kind
 
 
 SUBLAYER_PARAMS = {"attn": attention, "mla": mla, "mlp": dense_mlp, "moe": moe, "mamba": mamba}

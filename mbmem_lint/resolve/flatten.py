@@ -16,6 +16,7 @@ from mbmem_lint.resolve.values import (
     ModuleRef,
     Obj,
     Prov,
+    Slot,
 )
 
 MAX_DEPTH = 6
@@ -122,6 +123,10 @@ class FieldMap(Mapping[str, ResolvedField]):
     def __contains__(self, path: object) -> bool:
         return isinstance(path, str) and self.get_field(path) is not None
 
+    def get(self, path: str, default: Any = None) -> Any:  # Mapping.get goes through a KeyError
+        f = self.get_field(path)
+        return default if f is None else f
+
     # -- full views ---------------------------------------------------------------------------
     def _walk_all(self) -> None:
         if self._explicit is not None:
@@ -201,20 +206,20 @@ _PLAIN = frozenset({bool, int, float, str, type(None)})  # to_json returns these
 _NOT_WRITTEN = frozenset({"default", "model-table"})
 
 
-def collect_writes(root: Obj) -> list[Write]:
-    """Every recorded assignment under ``root``, in execution order."""
-    writes: list[tuple[int, Write]] = []
-    seen: set[int] = set()
+def _writes_of(path: str, owner: Obj | None, history: Any, out: list[Write]) -> None:
+    cls = owner.cls if owner is not None else None
+    for rec in history:
+        p = rec.prov
+        if p.origin in _NOT_WRITTEN:
+            continue  # not assignments anyone wrote: the fields map keeps their values
+        v = rec.value
+        out.append(Write(path, v if type(v) in _PLAIN else to_json(v), p.origin, p.loc, p.anchor, rec.valid,
+                         cls, p.target_text, p.stmt, p.function, p.seq))
 
-    def add(path: str, owner: Obj | None, history: Any) -> None:
-        cls = owner.cls if owner is not None else None
-        for rec in history:
-            p = rec.prov
-            if p.origin in _NOT_WRITTEN:
-                continue  # not assignments anyone wrote: the fields map keeps their values
-            v = rec.value
-            writes.append((p.seq, Write(path, v if type(v) in _PLAIN else to_json(v), p.origin, p.loc, p.anchor,
-                                        rec.valid, cls, p.target_text, p.stmt, p.function)))
+
+def _walk_tables(root: Obj, visit: Any, invalid_only: bool = False) -> None:
+    """``visit(path, owner, slot)`` for every recorded slot under ``root`` (each object once)."""
+    seen: set[int] = set()
 
     def walk(obj: Obj, prefix: str, depth: int) -> None:
         if id(obj) in seen or depth > MAX_DEPTH:
@@ -223,19 +228,38 @@ def collect_writes(root: Obj) -> list[Write]:
         for table in (obj.slots, obj.invalid):
             for name, slot in table.items():
                 path = f"{prefix}.{name}" if prefix else name
-                if slot.history:
-                    add(path, obj, slot.history)
+                if slot.history and (table is obj.invalid or not invalid_only):
+                    visit(path, obj, slot)
                 v = slot.value
                 if isinstance(v, Obj):
                     walk(v, path, depth + 1)
-                elif isinstance(v, DictVal):
+                elif isinstance(v, DictVal) and not invalid_only:
                     for key, ks in v.slots.items():
                         if ks.history:
-                            add(f"{path}.{key}", None, ks.history)
+                            visit(f"{path}.{key}", None, ks)
 
     walk(root, "", 0)
-    writes.sort(key=lambda t: t[0])
-    return [w for _, w in writes]
+
+
+def collect_writes(root: Obj) -> list[Write]:
+    """Every recorded assignment under ``root``, in execution order."""
+    writes: list[Write] = []
+    _walk_tables(root, lambda path, owner, slot: _writes_of(path, owner, slot.history, writes))
+    writes.sort(key=lambda w: w.seq)
+    return writes
+
+
+def _container_at(root: Obj, parts: list[str]) -> Any:
+    """The value at ``parts`` below ``root`` through object attributes (None when there is none)."""
+    cur: Any = root
+    for depth, part in enumerate(parts):
+        if not isinstance(cur, Obj) or depth > MAX_DEPTH:
+            return None
+        slot = cur.slots.get(part) or cur.invalid.get(part)
+        if slot is None:
+            return None
+        cur = slot.value
+    return cur
 
 
 class LazyWrites(list):
@@ -244,6 +268,54 @@ class LazyWrites(list):
     def __init__(self, root: Obj) -> None:
         super().__init__()
         self._root: Obj | None = root
+        self._by_path: dict[str, list[Write]] = {}
+        self._holders: dict[str, Any] = {}  # object path -> the object there
+
+    def for_path(self, path: str) -> list[Write]:
+        """The writes of one path, in order, without collecting every write of the recipe (rules
+        ask for a few paths; the full list costs ~190 writes per recipe)."""
+        hit = self._by_path.get(path)
+        if hit is None:
+            if self._root is None:
+                hit = [w for w in super().__iter__() if w.path == path]
+            else:
+                hit = []
+                for owner, slot in self._slots_at(path):
+                    _writes_of(path, owner, slot.history, hit)
+                hit.sort(key=lambda w: w.seq)
+            self._by_path[path] = hit
+        return hit
+
+    def _slots_at(self, path: str) -> list[tuple[Obj | None, Slot]]:
+        """The recorded slot(s) of ``path`` as :func:`collect_writes` names them: attributes of
+        objects (field and non-field tables) and keys of a dict held directly by an attribute."""
+        assert self._root is not None
+        prefix, _, name = path.rpartition(".")
+        if prefix in self._holders:
+            obj = self._holders[prefix]
+        else:
+            obj = self._holders[prefix] = _container_at(self._root, prefix.split(".") if prefix else [])
+        if isinstance(obj, Obj) and prefix.count(".") + (1 if prefix else 0) <= MAX_DEPTH:
+            return [(obj, s) for s in (obj.slots.get(name), obj.invalid.get(name)) if s is not None and s.history]
+        if isinstance(obj, DictVal) and prefix:
+            # Only a dict's own keys are recorded (``env_vars.NAME``), and only when an object's
+            # attribute holds the dict.
+            parent = _container_at(self._root, prefix.split(".")[:-1])
+            ks = obj.slots.get(name)
+            if isinstance(parent, Obj) and ks is not None and ks.history:
+                return [(None, ks)]
+        return []
+
+    def invalid(self) -> list[Write]:
+        """Writes to attributes that are not fields of their class, in order."""
+        if self._root is None:
+            return [w for w in super().__iter__() if not w.valid_field]
+        out: list[Write] = []
+        _walk_tables(self._root, lambda path, owner, slot: _writes_of(path, owner, slot.history, out),
+                     invalid_only=True)
+        out = [w for w in out if not w.valid_field]
+        out.sort(key=lambda w: w.seq)
+        return out
 
     def _fill(self) -> None:
         if self._root is not None:

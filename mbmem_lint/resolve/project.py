@@ -34,10 +34,6 @@ if TYPE_CHECKING:
     from mbmem_lint.resolve.schema import ClassSchema, Schema
 
 GPT_PROVIDER = "megatron.bridge.models.gpt_provider.GPTModelProvider"
-MODEL_BASES = (
-    "megatron.core.transformer.transformer_config.TransformerConfig",
-    "megatron.core.model_parallel_config.ModelParallelConfig",
-)
 # Provider fields a model table entry decides; unknown when the HF id is not in the table.
 SHAPE_FIELDS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
@@ -71,6 +67,14 @@ class ModuleEnv:
         return self._body
 
     @property
+    def loaded(self) -> bool:
+        """Whether the body has been lowered (a lazily registered file is lowered on first use)."""
+        return self._body is not None
+
+    def set_body(self, body: list[Any]) -> None:
+        self._body = body
+
+    @property
     def package(self) -> str:
         return self.name if self.is_package else self.name.rpartition(".")[0]
 
@@ -96,7 +100,6 @@ class Project:
         self._suffix: dict[str, list[str]] = {}
         self._lib_envs: dict[str, ModuleEnv] = {}
         self._schema_cache: dict[str, ClassSchema | None] = {}
-        self._model_fields: set[str] | None = None
         self.call_cache: dict[tuple[Any, ...], Any] = {}
         self.imports: dict[str, set[str]] = {}  # linted file → linted files it imports
         # Finds a module of the user's project on disk that was not passed on the command line
@@ -286,16 +289,7 @@ class Project:
 
     def any_model_field(self, name: str) -> bool:
         """True when some model-provider class in the schema has field ``name``."""
-        if self._model_fields is None:
-            names: set[str] = set()
-            if self.schema is not None:
-                for q in self.schema.classes:
-                    if any(self.schema.is_subclass(q, b) for b in MODEL_BASES):
-                        c = self.schema.get(q)
-                        if c is not None:
-                            names.update(c.fields)
-            self._model_fields = names
-        return name in self._model_fields
+        return self.schema is not None and name in self.schema.model_field_names()
 
     # ------------------------------------------------------------------ Bridge entry points
     def special_call(self, qualname: str) -> Callable[..., Any] | None:

@@ -93,6 +93,7 @@ class Write:
     # Span of the whole statement (``cfg.a.b = 1``) or of the ``name=value`` keyword argument.
     statement: Location | None = None
     function: str | None = None  # enclosing function of the write, when in a function
+    seq: int = -1  # execution order across the recipe (-1: not recorded, e.g. synthetic writes)
 
 
 @dataclass

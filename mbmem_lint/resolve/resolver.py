@@ -203,13 +203,40 @@ class Resolver:
 
         ``on_file(path, recipes)``: called with each file's recipes as soon as they are resolved,
         which are then not kept in the result (a check streams file by file: memory stays flat)."""
+        envs = self.register(python, own)
+        paired = self.pair_overrides(overrides)
+        self.resolve_modules(envs, on_file)
+        self.resolve_paired(paired)
+        return self.result
+
+    def register(self, python: list[SourceFile], own: set[str] | None = None) -> list[ModuleEnv]:
+        """Register the files (importable from now on); lower the ``own`` ones (all when None) and
+        return their modules. The others are lowered when imported or adopted."""
         envs = []
         for src in python:
             is_own = own is None or src.path in own
             env = self.add_python(src, own=is_own)
             if env is not None and is_own:
                 envs.append(env)
-        paired = self.pair_overrides(overrides)
+        return envs
+
+    def adopt(self, src: SourceFile) -> ModuleEnv | None:
+        """Make a registered file one whose recipes are resolved: lowered now, with its parse errors
+        reported (an import may already have lowered it quietly). None when it does not parse."""
+        env = self._modules.get(src.path)
+        if env is None:
+            return self.add_python(src)
+        if env.loaded and env.body:
+            return env
+        body = self._lower(src, report=True)
+        if body is None:
+            return None
+        env.set_body(body)
+        return env
+
+    def resolve_modules(self, envs: list[ModuleEnv],
+                        on_file: Callable[[str, list[ResolvedRecipe]], None] | None = None) -> None:
+        """Load each module and resolve its recipe candidates."""
         for env in envs:
             interp = self._interpreter()
             try:
@@ -234,6 +261,9 @@ class Resolver:
             if on_file is not None:
                 on_file(env.display_path, self.result.recipes[before:])
                 del self.result.recipes[before:]
+
+    def resolve_paired(self, paired: dict[tuple[str, str], list[OverrideFile]]) -> None:
+        """Resolve the recipes named by override files, with those overrides applied."""
         for (path, function), files in paired.items():
             paired_env = self._env_for_file(path)
             if paired_env is None:
@@ -259,7 +289,6 @@ class Resolver:
                 continue
             for cand in cands:
                 self._resolve_candidate(cand, files)
-        return self.result
 
     def _all_candidates(self, env: ModuleEnv) -> list[_Candidate]:
         saved = self.options.function

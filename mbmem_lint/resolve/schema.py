@@ -19,6 +19,11 @@ from typing import Any
 
 SCHEMA_FILE = "schema.pack"
 CONFIG_CONTAINER = "megatron.bridge.training.config.ConfigContainer"
+# Model providers derive from these; an open provider class may carry any of their fields.
+MODEL_BASES = (
+    "megatron.core.transformer.transformer_config.TransformerConfig",
+    "megatron.core.model_parallel_config.ModelParallelConfig",
+)
 
 # Names in type annotations that are never the section's dataclass.
 _NON_CLASS_NAMES = {
@@ -67,14 +72,18 @@ def _read_packaged() -> dict[str, Any]:
         raise FileNotFoundError(
             f"mbmem_lint/data/{SCHEMA_FILE} is missing; run `mbmem-lint dev regenerate` to build it")
     pack = Pack(res.read_bytes())
-    return {"generator": pack.meta, "classes": pack}
+    return {**pack.meta, "classes": pack}
 
 
 def schema_pack(data: Mapping[str, Any]) -> bytes:
-    """The shipped bytes of a generated schema (``{"generator": ..., "classes": {...}}``)."""
+    """The shipped bytes of a generated schema (``{"generator": ..., "classes": {...}}``). The header
+    also carries the union of model-provider field names, which would otherwise need every class
+    decoded in every run."""
     from mbmem_lint.data_pack import dump_pack
 
-    return dump_pack(data.get("generator", {}), data.get("classes", {}))
+    meta = {"generator": data.get("generator", {}),
+            "model_field_names": sorted(Schema(data).model_field_names())}
+    return dump_pack(meta, data.get("classes", {}))
 
 
 def _common_prefix_len(a: str, b: str) -> int:
@@ -122,8 +131,10 @@ class _LazyClasses(Mapping[str, ClassSchema]):
 class Schema:
     """Dataclass schema lookup: classes by qualified or simple name, fields, subclassing."""
 
-    def __init__(self, data: dict[str, Any]) -> None:
+    def __init__(self, data: Mapping[str, Any]) -> None:
         self.generator: dict[str, str] = dict(data.get("generator", {}))
+        shipped = data.get("model_field_names")
+        self._model_fields: frozenset[str] | None = frozenset(shipped) if shipped is not None else None
         raw: Mapping[str, Any] = data.get("classes", {})
         # Class objects are built on first use: a run touches a few dozen of the ~350 classes.
         self.classes: Mapping[str, ClassSchema] = _LazyClasses(raw)
@@ -220,6 +231,16 @@ class Schema:
             if found is not None:
                 return found
         return None
+
+    def model_field_names(self) -> frozenset[str]:
+        """Field names of every model-provider class (subclasses of :data:`MODEL_BASES`)."""
+        if self._model_fields is None:
+            names: set[str] = set()
+            for q in self.classes:
+                if any(self.is_subclass(q, b) for b in MODEL_BASES):
+                    names.update(self.classes[q].fields)
+            self._model_fields = frozenset(names)
+        return self._model_fields
 
     def closest_fields(self, qualname: str, name: str, n: int = 3) -> list[str]:
         """Did-you-mean candidates among the fields of ``qualname`` (memoised: the same typo

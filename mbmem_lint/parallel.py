@@ -1,0 +1,149 @@
+"""Checking many files on several cores.
+
+Forked workers take groups of related files from a shared queue, largest first. Each worker keeps
+one resolver for its whole life: every file of the tree is registered in it (imports work across
+groups; a file outside the worker's groups is lowered only when something imports it), and what it
+learnt for one group (lowered modules, memoised library calls) serves the next. Grouping keeps a
+recipe and the modules it imports in one worker, so little is interpreted twice.
+
+Nothing user-supplied is pickled into the workers: they inherit the discovered sources through
+``fork``; only findings come back.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from mbmem_lint.diagnostics import Diagnostic
+from mbmem_lint.discover.files import Discovered
+from mbmem_lint.resolve.resolved import ResolvedRecipe
+from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
+from mbmem_lint.settings import Settings
+from mbmem_lint.sources import SourceFile
+
+YAML_TASK = -1  # the task that loads override files and resolves the recipes they name
+
+
+def affinity_key(rel: tuple[str, ...]) -> str:
+    """Group of a file from its path below the common root of the run: the folder below the top
+    folder (``recipes/llama/llama3.py`` and ``perf_recipes/llama/h100/llama3.py`` → ``llama``), the
+    top folder for files directly in it, the file itself at the root."""
+    if len(rel) >= 3:
+        return rel[1]
+    if len(rel) == 2:
+        return rel[0]
+    return "/".join(rel)
+
+
+def plan_groups(sources: list[SourceFile], jobs: int) -> list[list[str]]:
+    """File groups for the queue, largest (by bytes) first. A group larger than a fair share of one
+    worker is split (in path order), so one big family cannot leave the other workers idle."""
+    if not sources:
+        return []
+    paths = [s.path for s in sources]
+    root = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname(paths[0])
+    size = {s.path: len(s.text) for s in sources}
+    by_key: dict[str, list[str]] = {}
+    for p in sorted(paths):
+        by_key.setdefault(affinity_key(PurePath(os.path.relpath(p, root)).parts), []).append(p)
+    total = sum(size.values())
+    limit = max(1, total // (2 * jobs))
+    groups: list[list[str]] = []
+    for members in by_key.values():
+        part: list[str] = []
+        part_size = 0
+        for p in members:
+            part.append(p)
+            part_size += size[p]
+            if part_size >= limit:
+                groups.append(part)
+                part, part_size = [], 0
+        if part:
+            groups.append(part)
+    groups.sort(key=lambda g: (-sum(size[p] for p in g), g[0]))
+    return groups
+
+
+@dataclass
+class _Work:
+    found: Discovered
+    settings: Settings
+    options: ResolveOptions
+    groups: list[list[str]]
+    need_edits: bool
+
+
+@dataclass
+class TaskResult:
+    diagnostics: list[Diagnostic]
+    failed: list[str]
+    functions_seen: int
+
+
+_WORK: _Work | None = None  # set in the parent before forking, read by the workers
+_RESOLVER: Resolver | None = None  # one per worker process, created by its first task
+
+
+def _worker_resolver(work: _Work) -> Resolver:
+    global _RESOLVER
+    if _RESOLVER is None:
+        _RESOLVER = Resolver(work.settings, work.options)
+        _RESOLVER.register(work.found.python, own=set())
+    return _RESOLVER
+
+
+def _run_task(index: int) -> TaskResult:
+    from mbmem_lint.check.engine import run_checks
+    from mbmem_lint.pipeline import filter_tool_diagnostics, load_overrides
+
+    work = _WORK
+    assert work is not None
+    resolver = _worker_resolver(work)
+    result = resolver.result
+    diags_before, failed_before, seen_before = len(result.diagnostics), len(result.failed), result.functions_seen
+    sources: dict[str, SourceFile] = {s.path: s for s in work.found.python + work.found.yaml}
+    findings: list[Diagnostic] = []
+    if index == YAML_TASK:
+        overrides, override_diags = load_overrides(work.found)
+        resolver.resolve_paired(resolver.pair_overrides(overrides))
+        findings += filter_tool_diagnostics(override_diags, work.settings)
+        findings += run_checks(result.recipes, overrides, work.settings, sources)
+        result.recipes.clear()
+    else:
+        by_path = {s.path: s for s in work.found.python}
+        envs = [env for env in (resolver.adopt(by_path[p]) for p in work.groups[index]) if env is not None]
+
+        def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
+            findings.extend(run_checks(recipes, [], work.settings, sources))
+
+        resolver.resolve_modules(envs, on_file)
+    tool = filter_tool_diagnostics(result.diagnostics[diags_before:], work.settings)
+    for d in findings:
+        if d.fix is not None:
+            # Builders are closures over this process's state: compute the edits here or drop them.
+            d.fix.edits = d.fix.edits if work.need_edits else []
+    return TaskResult(tool + findings, result.failed[failed_before:], result.functions_seen - seen_before)
+
+
+def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
+                 need_edits: bool) -> list[TaskResult]:
+    import multiprocessing
+
+    global _WORK
+    from mbmem_lint.resolve.library import LibrarySummary
+    from mbmem_lint.resolve.schema import Schema
+
+    # Loaded once before forking: the workers share these pages instead of each loading a copy.
+    Schema.load()
+    LibrarySummary.load()
+    groups = plan_groups(found.python, jobs)
+    tasks = ([YAML_TASK] if found.yaml else []) + list(range(len(groups)))
+    _WORK = _Work(found, settings, options, groups, need_edits)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(jobs, len(tasks))) as pool:
+            return list(pool.imap_unordered(_run_task, tasks, chunksize=1))
+    finally:
+        _WORK = None
