@@ -15,8 +15,15 @@ class SourceFile:
     kind: SourceKind
     mtime_ns: int = 0  # when read; --apply refuses files changed since
 
+    def lines(self) -> list[str]:
+        """``text.splitlines()``, split once (reports and fixes ask for lines of the same file often)."""
+        cached: tuple[str, list[str]] | None = self.__dict__.get("_lines")
+        if cached is None or cached[0] is not self.text:
+            cached = self.__dict__["_lines"] = (self.text, self.text.splitlines())
+        return cached[1]
+
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
+        lines = self.lines()
         return lines[line - 1] if 1 <= line <= len(lines) else ""
 
 

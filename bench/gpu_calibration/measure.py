@@ -197,8 +197,11 @@ def run_parent(args: argparse.Namespace) -> int:
             else:
                 rec = {"status": "error", "error": "worker wrote no result"}
             if status_note:
-                rec["status"] = "timeout"
-                rec["error"] = status_note
+                if rec.get("status") == "ok":  # results complete; the worker hung on exit (e.g. NCCL teardown)
+                    rec["note"] = f"{status_note}, after the worker had written its results"
+                else:
+                    rec["status"] = "timeout"
+                    rec["error"] = status_note
             rec["returncode"] = rc
             rec["subprocess_wall_s"] = round(wall, 2)
             if rec.get("status") != "ok" or args.keep_logs:
@@ -283,6 +286,9 @@ def _inner_optimizers(opt: Any) -> list[Any]:
     return list(subs) if subs else [opt]
 
 
+FALLBACKS: list[str] = []  # SDPA calls that needed contiguous copies (recorded in the case result)
+
+
 def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_mode: str) -> type:
     """Core attention for the local spec: SDPA (flash backend) on [s, b, h, d] inputs, causal, native GQA.
 
@@ -327,10 +333,17 @@ def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_
                 k = k.repeat_interleave(np_ // ng, dim=1)
                 v = v.repeat_interleave(np_ // ng, dim=1)
                 gqa = False
-            with ctx():
-                out = F.scaled_dot_product_attention(
-                    q, k, v, dropout_p=self.dropout_p if self.training else 0.0, is_causal=True,
-                    scale=self.softmax_scale, enable_gqa=gqa)
+            p = self.dropout_p if self.training else 0.0
+            try:
+                with ctx():
+                    out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
+                                                         scale=self.softmax_scale, enable_gqa=gqa)
+            except RuntimeError as exc:  # a layout the kernel rejects: retry once on contiguous copies
+                FALLBACKS.append(f"layer {self.layer_number}: {str(exc)[:300]}")
+                with ctx():
+                    out = F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                         dropout_p=p, is_causal=True, scale=self.softmax_scale,
+                                                         enable_gqa=gqa)
             out = out.permute(2, 0, 1, 3)  # [s, b, np, hn]
             return out.reshape(sq, b, np_ * hn)  # a view when already contiguous (b == 1)
 
@@ -338,26 +351,32 @@ def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_
 
 
 def probe_sdpa(torch: Any, backend: str, heads: int, groups: int, head_dim: int, device: str) -> dict[str, Any]:
-    """Which SDPA configuration works here: native GQA on the requested backend, else K/V repeat."""
+    """Which SDPA configuration works here: native GQA on the requested backend, else K/V repeat.
+
+    The probe tensors have MCore's layout: q/k/v split from one fused [s, b, g, (h/g + 2) * d] QKV output
+    (attention.py get_query_key_value_tensors) and permuted to [b, heads, s, d], i.e. strided views."""
     import contextlib
-    F = torch.nn.functional
+
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    F = torch.nn.functional
     names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
              "math": "MATH"}
-    dtype = torch.bfloat16
-    q = torch.randn(1, heads, 128, head_dim, device=device, dtype=dtype, requires_grad=True)
-    k = torch.randn(1, groups, 128, head_dim, device=device, dtype=dtype, requires_grad=True)
-    v = torch.randn(1, groups, 128, head_dim, device=device, dtype=dtype, requires_grad=True)
+    s, b, rep = 256, 2, heads // groups
+    mixed = torch.randn(s, b, groups, (rep + 2) * head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+    qg, k, v = torch.split(mixed, [rep * head_dim, head_dim, head_dim], dim=3)
+    q = qg.reshape(s, b, heads, head_dim).permute(1, 2, 0, 3)
+    k = (k * 1.0).permute(1, 2, 0, 3)  # RoPE output: a new contiguous [s, b, g, d] tensor
+    v = v.permute(1, 2, 0, 3)  # a strided view of the fused QKV output
     errors: dict[str, str] = {}
     for mode in ("native", "repeat"):
         try:
-            kk, vv = (k, v) if mode == "native" else (k.repeat_interleave(heads // groups, 1),
-                                                      v.repeat_interleave(heads // groups, 1))
+            kk, vv = (k, v) if mode == "native" else (k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
             cm = contextlib.nullcontext() if backend == "auto" else sdpa_kernel([getattr(SDPBackend, names[backend])])
             with cm:
                 o = F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
                                                    enable_gqa=(mode == "native" and heads != groups))
-                o.sum().backward()
+                o.float().sum().backward()
             return {"backend": backend, "gqa_mode": mode, "errors": errors}
         except Exception as exc:  # noqa: BLE001
             errors[mode] = f"{type(exc).__name__}: {exc}"[:500]
@@ -400,6 +419,8 @@ def run_worker(args: argparse.Namespace) -> None:
             pass
     finally:
         timing["total"] = time.time() - t_start
+        if FALLBACKS:
+            rec["sdpa_contiguous_fallbacks"] = {"count": len(FALLBACKS), "first": FALLBACKS[:3]}
         save()
         try:
             import torch.distributed as dist
@@ -409,13 +430,65 @@ def run_worker(args: argparse.Namespace) -> None:
             pass
 
 
+def build_transformer_config(case: dict[str, Any], shape: dict[str, Any], dry: bool) -> Any:
+    """The Llama-style TransformerConfig of a case (MCore 0.19.2 field names; __post_init__ validates)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(
+        num_layers=shape["num_layers"], hidden_size=shape["hidden_size"], ffn_hidden_size=shape["ffn_hidden_size"],
+        num_attention_heads=shape["num_attention_heads"], num_query_groups=shape["num_query_groups"],
+        kv_channels=shape["kv_channels"],
+        normalization="RMSNorm", layernorm_epsilon=1e-5, gated_linear_unit=True, activation_func=F.silu,
+        bias_activation_fusion=True, add_bias_linear=False, add_qkv_bias=False,
+        hidden_dropout=0.0, attention_dropout=0.0,
+        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+        tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1,
+        sequence_parallel=False, masked_softmax_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+        cross_entropy_loss_fusion=False, gradient_accumulation_fusion=False,
+        recompute_granularity=case["recompute_granularity"], recompute_method=case["recompute_method"],
+        recompute_num_layers=case["recompute_num_layers"], recompute_modules=case["recompute_modules"],
+        init_method_std=0.02, use_cpu_initialization=dry, perform_initialization=True,
+    )
+
+
+def config_record(case: dict[str, Any], shape: dict[str, Any], seq: int, config: Any, iterations: int) -> dict[str, Any]:
+    """The configuration as recorded in measured.json (compare.py cross-checks it against the recipe)."""
+    attention = case["attention"]
+    mbs, nmb, dist_opt = case["micro_batch_size"], case["num_microbatches"], case["use_distributed_optimizer"]
+    return {
+        "model": {**shape, "seq_length": seq, "normalization": "RMSNorm", "gated_linear_unit": True,
+                  "activation_func": "silu", "bias_activation_fusion": True, "add_bias_linear": False,
+                  "share_embeddings_and_output_weights": False, "position_embedding_type": "rope",
+                  "hidden_dropout": 0.0, "attention_dropout": 0.0, "params_dtype": "bfloat16", "bf16": True,
+                  "recompute_granularity": config.recompute_granularity,
+                  "recompute_method": config.recompute_method,
+                  "recompute_num_layers": config.recompute_num_layers,
+                  "recompute_modules": list(config.recompute_modules or []),
+                  "cross_entropy_loss_fusion": False, "layer_spec": "local",
+                  "core_attention": ("SDPAFlashCoreAttention (torch SDPA, causal)" if attention == "sdpa_flash"
+                                     else "megatron.core DotProductAttention (unfused)"),
+                  "attention": attention,
+                  "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+                  "context_parallel_size": 1, "sequence_parallel": False},
+        "train": {"micro_batch_size": mbs, "num_microbatches": nmb, "global_batch_size": mbs * nmb,
+                  "iterations": iterations, "data": "random token ids / labels, position ids 0..s-1, "
+                  "attention_mask None (causal)"},
+        "ddp": {"grad_reduce_in_fp32": True, "use_distributed_optimizer": dist_opt, "overlap_grad_reduce": False,
+                "overlap_param_gather": False},
+        "optimizer": {"optimizer": "adam", "bf16": True, "lr": 1e-4, "weight_decay": 0.1, "clip_grad": 1.0,
+                      "use_distributed_optimizer": dist_opt, "inner_impl": None},
+        "world_size": 1,
+    }
+
+
 def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, Any],
                  timing: dict[str, float]) -> None:
     dry = bool(args.dry_run)
     t = time.time()
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     timing["import_torch"] = time.time() - t
     use_cuda = not dry
@@ -433,14 +506,17 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
     t = time.time()
     import megatron.core
     from megatron.core import parallel_state
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.module import Float16Module, MegatronModule
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
     timing["import_megatron"] = time.time() - t
     try:
@@ -486,23 +562,7 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
             torch.cuda.empty_cache()
     rec["env"]["sdpa"] = sdpa_info
 
-    # --- TransformerConfig (Llama-style) ---
-    tc_kwargs: dict[str, Any] = dict(
-        num_layers=shape["num_layers"], hidden_size=shape["hidden_size"], ffn_hidden_size=shape["ffn_hidden_size"],
-        num_attention_heads=shape["num_attention_heads"], num_query_groups=shape["num_query_groups"],
-        kv_channels=shape["kv_channels"],
-        normalization="RMSNorm", layernorm_epsilon=1e-5, gated_linear_unit=True, activation_func=F.silu,
-        bias_activation_fusion=True, add_bias_linear=False, add_qkv_bias=False,
-        hidden_dropout=0.0, attention_dropout=0.0,
-        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
-        tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1,
-        sequence_parallel=False, masked_softmax_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
-        cross_entropy_loss_fusion=False, gradient_accumulation_fusion=False,
-        recompute_granularity=case["recompute_granularity"], recompute_method=case["recompute_method"],
-        recompute_num_layers=case["recompute_num_layers"], recompute_modules=case["recompute_modules"],
-        init_method_std=0.02, use_cpu_initialization=dry, perform_initialization=True,
-    )
-    config = TransformerConfig(**tc_kwargs)
+    config = build_transformer_config(case, shape, dry)
 
     spec = get_gpt_layer_local_spec(normalization="RMSNorm")
     if attention == "sdpa_flash":
@@ -511,30 +571,7 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
     elif attention != "local_unfused":
         raise ValueError(f"unknown attention {attention!r}")
 
-    rec["config"] = {
-        "model": {**shape, "seq_length": seq, "normalization": "RMSNorm", "gated_linear_unit": True,
-                  "activation_func": "silu", "bias_activation_fusion": True, "add_bias_linear": False,
-                  "share_embeddings_and_output_weights": False, "position_embedding_type": "rope",
-                  "hidden_dropout": 0.0, "attention_dropout": 0.0, "params_dtype": "bfloat16", "bf16": True,
-                  "recompute_granularity": config.recompute_granularity,
-                  "recompute_method": config.recompute_method,
-                  "recompute_num_layers": config.recompute_num_layers,
-                  "recompute_modules": list(config.recompute_modules or []),
-                  "cross_entropy_loss_fusion": False, "layer_spec": "local",
-                  "core_attention": ("SDPAFlashCoreAttention (torch SDPA, causal)" if attention == "sdpa_flash"
-                                     else "megatron.core DotProductAttention (unfused)"),
-                  "attention": attention,
-                  "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
-                  "context_parallel_size": 1, "sequence_parallel": False},
-        "train": {"micro_batch_size": mbs, "num_microbatches": nmb, "global_batch_size": mbs * nmb,
-                  "iterations": args.iterations, "data": "random token ids / labels, position ids 0..s-1, "
-                  "attention_mask None (causal)"},
-        "ddp": {"grad_reduce_in_fp32": True, "use_distributed_optimizer": dist_opt, "overlap_grad_reduce": False,
-                "overlap_param_gather": False},
-        "optimizer": {"optimizer": "adam", "bf16": True, "lr": 1e-4, "weight_decay": 0.1, "clip_grad": 1.0,
-                      "use_distributed_optimizer": dist_opt, "inner_impl": None},
-        "world_size": 1,
-    }
+    rec["config"] = config_record(case, shape, seq, config, args.iterations)
 
     # --- model ---
     t = time.time()
@@ -632,10 +669,25 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
             cur["before_first_forward"] = prev
         mb: dict[str, Any] = {"allocated_at_forward_start": prev.get("allocated")}
         cur["microbatches"].append(mb)
+        # Per-layer allocation deltas in the forward of the last iteration's first microbatch.
+        layer_log["on"] = cur["iteration"] == args.iterations and len(cur["microbatches"]) == 1
         tokens, labels, pos = next(data_iterator)
         output = model_(tokens, pos, None, labels=labels)
 
         def loss_func(output_tensor: Any) -> Any:
+            if layer_log["on"]:
+                layer_log["on"] = False
+                mem["forward_allocation_deltas"] = {
+                    "note": "memory_allocated() after minus before each forward (last iteration, microbatch 1); "
+                            "a layer's delta = what it keeps for backward + its output (the next layer's input)",
+                    "embedding_and_rope": (layer_log["deltas"][0][1] - (mb["allocated_at_forward_start"] or 0))
+                    if layer_log["deltas"] else None,
+                    "layers": [d for _i, _b, d in layer_log["deltas"]],
+                    "after_last_layer_to_loss": None}
+                if layer_log["deltas"]:
+                    last_after = layer_log["deltas"][-1][1] + layer_log["deltas"][-1][2]
+                    mem["forward_allocation_deltas"]["after_last_layer_to_loss"] = alloc() - last_after
+                layer_log["deltas"] = []
             ph = mt.close_phase()  # forward peak (incl. logits + cross entropy)
             mb["forward"] = ph
             if ph:
@@ -644,6 +696,24 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
             return loss, {"lm loss": loss.detach()}
 
         return output, loss_func
+
+    layer_log: dict[str, Any] = {"on": False, "deltas": [], "before": {}}
+
+    def alloc() -> int:
+        return int(torch.cuda.memory_allocated()) if use_cuda else 0
+
+    def pre_hook(module: Any, _inp: Any) -> None:
+        if layer_log["on"] and torch.is_grad_enabled():
+            layer_log["before"][id(module)] = alloc()
+
+    def post_hook(module: Any, _inp: Any, _out: Any) -> None:
+        if layer_log["on"] and id(module) in layer_log["before"]:
+            b = layer_log["before"].pop(id(module))
+            layer_log["deltas"].append((module.layer_number, b, alloc() - b))
+
+    for layer in base.decoder.layers:
+        layer.register_forward_pre_hook(pre_hook)
+        layer.register_forward_hook(post_hook)
 
     mt.in_steps = True
     for it in range(args.iterations):

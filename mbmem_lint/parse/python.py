@@ -60,8 +60,8 @@ class _Columns:
     """Converts ast's UTF-8 byte offsets to 1-based character columns (only costs for non-ASCII lines)."""
 
     def __init__(self, text: str) -> None:
-        self._ascii = text.isascii()
-        self._lines = None if self._ascii else text.splitlines()
+        self.ascii = text.isascii()
+        self._lines = None if self.ascii else text.splitlines()
         # Only lines with non-ASCII characters need the byte → character conversion.
         self._wide = set() if self._lines is None else {i for i, ln in enumerate(self._lines, 1) if not ln.isascii()}
 
@@ -77,6 +77,13 @@ class _Lowerer:
         self.cols = _Columns(text)
 
     def loc(self, node: ast.AST) -> list[int]:
+        if self.cols.ascii:  # the common case: byte offsets are character offsets
+            try:
+                line, off, end_off = node.lineno, node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+                end_line = node.end_lineno or line  # type: ignore[attr-defined]
+                return [line, off + 1, end_line, (end_off if end_off is not None else off) + 1]
+            except AttributeError:
+                pass
         line = getattr(node, "lineno", 1)
         end_line = getattr(node, "end_lineno", None) or line
         col = self.cols.col(line, getattr(node, "col_offset", 0))

@@ -67,7 +67,7 @@ def _excerpt(d: Diagnostic, sources: Sources, style: _Style) -> list[str]:
     src = sources.get(loc.path)
     if src is None:
         return []
-    lines = src.text.splitlines()
+    lines = src.lines()
     if not 1 <= loc.line <= len(lines):
         return []
     end_line = loc.end_line if loc.end_line is not None and loc.end_line >= loc.line else loc.line

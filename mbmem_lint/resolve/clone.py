@@ -2,6 +2,10 @@
 
 ``remap`` maps ``id(anchor Location)`` → replacement: a memoised call result re-used at another
 call site points its library-set values at the new call site.
+
+Every memoised library call (``_pretrain_common()``, ``llama3_8b_pretrain_config()``) is copied
+on each use, a few hundred slots each, so the slot copy is written for speed: plain values and
+unchanged histories are shared, not copied.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from mbmem_lint.diagnostics import Location
 from mbmem_lint.resolve.values import DictVal, Obj, Prov, Slot, WriteRec
 
 Remap = dict[int, Location]
+
+_PLAIN = frozenset({bool, int, float, str, type(None)})
 
 
 def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = None) -> Any:
@@ -25,13 +31,13 @@ def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = 
         o.havoc = value.havoc
         o.label = value.label
         memo[key] = o
-        o.slots = {k: _clone_slot(s, memo, remap) for k, s in value.slots.items()}
-        o.invalid = {k: _clone_slot(s, memo, remap) for k, s in value.invalid.items()}
+        o.slots = _clone_table(value.slots, memo, remap)
+        o.invalid = _clone_table(value.invalid, memo, remap) if value.invalid else {}
         return o
     if isinstance(value, DictVal):
         d = DictVal(_prov(value.created, remap))
         memo[key] = d
-        d.slots = {k: _clone_slot(s, memo, remap) for k, s in value.slots.items()}
+        d.slots = _clone_table(value.slots, memo, remap)
         return d
     if isinstance(value, list):
         lst: list[Any] = []
@@ -54,13 +60,22 @@ def _prov(p: Prov, remap: Remap | None) -> Prov:
     return Prov(p.loc, new_anchor, p.origin, p.seq, p.stmt, p.target_text, p.function, p.note)
 
 
-def _clone_slot(s: Slot, memo: dict[int, Any], remap: Remap | None) -> Slot:
-    v = s.value
-    value = v if v is None or isinstance(v, (bool, int, float, str)) else clone(v, memo, remap)
+def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | None) -> dict[str, Slot]:
+    out: dict[str, Slot] = {}
+    plain = _PLAIN
     if remap is None:
         # History records are immutable and only ever read: share them.
-        return Slot(value, s.prov, s.history)
-    history = s.history
-    if any(id(w.prov.anchor) in remap for w in history):
-        history = tuple(WriteRec(w.value, _prov(w.prov, remap), w.valid) for w in history)
-    return Slot(value, _prov(s.prov, remap), history)
+        for name, s in table.items():
+            v = s.value
+            out[name] = Slot(v if type(v) in plain else clone(v, memo, None), s.prov, s.history)
+        return out
+    for name, s in table.items():
+        v = s.value
+        value = v if type(v) in plain else clone(v, memo, remap)
+        history = s.history
+        for w in history:
+            if id(w.prov.anchor) in remap:
+                history = tuple(WriteRec(r.value, _prov(r.prov, remap), r.valid) for r in history)
+                break
+        out[name] = Slot(value, _prov(s.prov, remap), history)
+    return out
