@@ -12,6 +12,7 @@ Nothing user-supplied is pickled into the workers: they inherit the discovered s
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -138,6 +139,9 @@ def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions,
     # Loaded once before forking: the workers share these pages instead of each loading a copy.
     Schema.load()
     LibrarySummary.load()
+    # What exists now lives as long as the workers: out of the collector's sight, its pages stay
+    # shared with the parent instead of being touched (copied) by every collection in every worker.
+    gc.freeze()
     groups = plan_groups(found.python, jobs)
     tasks = ([YAML_TASK] if found.yaml else []) + list(range(len(groups)))
     _WORK = _Work(found, settings, options, groups, need_edits)
@@ -147,3 +151,4 @@ def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions,
             return list(pool.imap_unordered(_run_task, tasks, chunksize=1))
     finally:
         _WORK = None
+        gc.unfreeze()

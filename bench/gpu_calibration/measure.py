@@ -13,9 +13,13 @@ Usage (GPU machine, Megatron Core from the carried wheel, no internet):
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
     PYTHONPATH=/tmp/site python3 bench/gpu_calibration/measure.py --out $OUT/measured.json
 
-    --cases A,D       run a subset           --list      print the cases and exit
-    --dry-run         CPU only, tiny shapes: imports, configs, model build, CPU forward/backward
-                      (no numbers worth keeping; for checking the script without a GPU)
+    --cases A,D       run a subset (in that order)     --list   print the cases and exit
+    --budget-s 230    start no case after this much wall time (default; cases left are "skipped")
+    --dry-run         CPU only, tiny shapes (2 layers, hidden 128, seq 64), gloo instead of NCCL: runs the
+                      same code path (config, layer spec + SDPA swap, GPTModel, Float16Module, DDP, MCore
+                      optimizer, get_forward_backward_func, optimizer.step) with device="cuda" mapped to CPU
+                      and CUDA RNG-tracker calls stubbed; records no memory numbers. For checking the script
+                      without a GPU.
 
 What is mirrored from production (Megatron Bridge + TE) and what is not:
 - Core attention: ``--attention sdpa_flash`` (default for the main cases) swaps the local spec's
@@ -38,8 +42,10 @@ What is mirrored from production (Megatron Bridge + TE) and what is not:
   (in-place CUDA kernel, no large temporaries) before the first step; ``--adam foreach`` leaves torch's
   default. Adam states are created lazily in the first ``step()``, so "after build" holds weights,
   gradient buffer and main params only; "after step 1" also holds exp_avg/exp_avg_sq.
-- Grad clipping (clip_grad=1.0) uses MCore's local (non-apex) multi-tensor fallbacks: small per-tensor
-  temporaries during ``optimizer.step()``, which is never the peak phase here.
+- Grad clipping (clip_grad=1.0) uses MCore's local (non-apex) multi-tensor fallbacks: the norm is per-tensor
+  ``torch.norm``; the scaling (only when the norm exceeds 1.0) is ``dst.copy_(src * scale)``, a temporary
+  as large as the largest fp32 gradient (embedding/output layer: ~1 GiB at 128256 x 2048). It happens in
+  ``optimizer.step()``, whose peak is recorded separately (``optimizer_step`` of each iteration).
 - Cross entropy: MCore's unfused ``vocab_parallel_cross_entropy`` (cross_entropy_loss_fusion=False): the
   fp32 softmax is saved for backward; the bf16 logits are a forward transient.
 - Allocator: default caching allocator (no expandable_segments) unless PYTORCH_CUDA_ALLOC_CONF is set in
@@ -47,7 +53,11 @@ What is mirrored from production (Megatron Bridge + TE) and what is not:
 
 Memory bookkeeping: ``torch.cuda.reset_peak_memory_stats()`` is called at phase boundaries (forward of
 each microbatch, backward, optimizer step) after reading the phase peak, so the per-phase peaks are
-exact and the overall peak is their maximum (recorded as ``peak_allocated_bytes``).
+exact and the overall peak is their maximum (recorded as ``peak_allocated_bytes``). Also recorded:
+allocated after build (before step 1) and after step 1, reserved peaks, ``mem_get_info`` (CUDA context +
+NCCL = total - free - reserved), exact buffer sizes (bf16 params, fp32 grad buffer, fp32 main params, Adam
+states), bytes held for backward per microbatch (allocated at the loss minus allocated at forward start)
+and per-layer allocation deltas of one forward (forward hooks on the decoder layers).
 """
 
 from __future__ import annotations
@@ -90,19 +100,21 @@ def _case(desc: str, fn: str, **kw: Any) -> dict[str, Any]:
 
 # Run order = dict order (most important first; later cases are skipped if the time budget runs out).
 CASES: dict[str, dict[str, Any]] = {
-    "A": _case("Llama-3.2-1B shape, seq 4096, mbs 1, no recompute, SDPA flash", "case_a_llama32_1b_seq4k_mbs1"),
-    "D": _case("A + full recompute (uniform, 1 layer per checkpoint)", "case_d_llama32_1b_full_recompute",
+    "A": _case("Llama-3.2-1B shape, seq 4096, mbs 1, no recompute, SDPA flash",
+               "case_a_llama32_1b_seq4k_mbs1_1gpu_h200_config"),
+    "D": _case("A + full recompute (uniform, 1 layer per checkpoint)",
+               "case_d_llama32_1b_full_recompute_1gpu_h200_config",
                recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
-    "E": _case("A + selective recompute (default modules: core_attn)", "case_e_llama32_1b_selective_recompute",
-               recompute_granularity="selective"),
-    "B": _case("A with mbs 2", "case_b_llama32_1b_seq4k_mbs2", micro_batch_size=2),
-    "C": _case("A with seq 8192", "case_c_llama32_1b_seq8k_mbs1", seq_length=8192),
-    "G": _case("Llama-3.2-3B shape, seq 4096, mbs 1, no recompute, SDPA flash", "case_g_llama32_3b_seq4k_mbs1",
-               shape=LLAMA32_3B),
+    "E": _case("A + selective recompute (default modules: core_attn)",
+               "case_e_llama32_1b_selective_recompute_1gpu_h200_config", recompute_granularity="selective"),
+    "B": _case("A with mbs 2", "case_b_llama32_1b_seq4k_mbs2_1gpu_h200_config", micro_batch_size=2),
+    "C": _case("A with seq 8192", "case_c_llama32_1b_seq8k_mbs1_1gpu_h200_config", seq_length=8192),
+    "G": _case("Llama-3.2-3B shape, seq 4096, mbs 1, no recompute, SDPA flash",
+               "case_g_llama32_3b_seq4k_mbs1_1gpu_h200_config", shape=LLAMA32_3B),
     "F": _case("A with the local unfused DotProductAttention (s x s scores materialised)",
-               "case_f_llama32_1b_unfused_attention", attention="local_unfused"),
-    "H": _case("A + distributed optimizer (DP=1: same state, plus the DDP bf16 param buffer)",
-               "case_h_llama32_1b_distributed_optimizer", use_distributed_optimizer=True),
+               "case_f_llama32_1b_unfused_attention_1gpu_h200_config", attention="local_unfused"),
+    "H": _case("A + distributed optimizer (DP=1: nothing sharded; params move into the DDP bf16 param buffer)",
+               "case_h_llama32_1b_distributed_optimizer_1gpu_h200_config", use_distributed_optimizer=True),
 }
 
 DRY_SHAPE = dict(num_layers=2, hidden_size=128, ffn_hidden_size=256, num_attention_heads=4, num_query_groups=2,
@@ -161,7 +173,7 @@ def run_parent(args: argparse.Namespace) -> int:
             print(f"[{name}] skipped ({left:.0f}s of the budget left)", flush=True)
             _write_json(out, result)
             continue
-        timeout = max(10.0, min(args.case_timeout_s, left))
+        timeout = max(5.0, min(args.case_timeout_s, left))
         with tempfile.TemporaryDirectory() as td:
             rfile = Path(td) / "case.json"
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--result-file", str(rfile),

@@ -3,7 +3,7 @@
 Each function builds the same configuration measure.py runs on one H200 with Megatron Core 0.19.2 (local layer
 spec, no Transformer Engine), so that
 
-    mbmem-lint estimate bench/gpu_calibration/recipes/llama_calibration.py::case_a_llama32_1b_seq4k_mbs1 \
+    mbmem-lint estimate bench/gpu_calibration/recipes/llama_calibration.py::case_a_llama32_1b_seq4k_mbs1_1gpu_h200_config \
         --gpu H200 --world-size 1 --format json
 
 gives the estimator's prediction for the measured case. Shapes: Llama-3.2-1B / 3B (untied embeddings here),
@@ -110,25 +110,25 @@ def _llama_calibration(
     return cfg
 
 
-def case_a_llama32_1b_seq4k_mbs1() -> ConfigContainer:
+def case_a_llama32_1b_seq4k_mbs1_1gpu_h200_config() -> ConfigContainer:
     """A: Llama-3.2-1B shape, seq 4096, mbs 1, no recompute, flash attention, no distributed optimizer."""
     cfg = _llama_calibration()
     return cfg
 
 
-def case_b_llama32_1b_seq4k_mbs2() -> ConfigContainer:
+def case_b_llama32_1b_seq4k_mbs2_1gpu_h200_config() -> ConfigContainer:
     """B: A with micro batch size 2."""
     cfg = _llama_calibration(micro_batch_size=2)
     return cfg
 
 
-def case_c_llama32_1b_seq8k_mbs1() -> ConfigContainer:
+def case_c_llama32_1b_seq8k_mbs1_1gpu_h200_config() -> ConfigContainer:
     """C: A with sequence length 8192."""
     cfg = _llama_calibration(seq_length=8192)
     return cfg
 
 
-def case_d_llama32_1b_full_recompute() -> ConfigContainer:
+def case_d_llama32_1b_full_recompute_1gpu_h200_config() -> ConfigContainer:
     """D: A with full recompute, uniform, one layer per checkpoint."""
     cfg = _llama_calibration()
     cfg.model.recompute_granularity = "full"
@@ -137,21 +137,21 @@ def case_d_llama32_1b_full_recompute() -> ConfigContainer:
     return cfg
 
 
-def case_e_llama32_1b_selective_recompute() -> ConfigContainer:
+def case_e_llama32_1b_selective_recompute_1gpu_h200_config() -> ConfigContainer:
     """E: A with selective recompute, default modules (core_attn)."""
     cfg = _llama_calibration()
     cfg.model.recompute_granularity = "selective"
     return cfg
 
 
-def case_f_llama32_1b_unfused_attention() -> ConfigContainer:
+def case_f_llama32_1b_unfused_attention_1gpu_h200_config() -> ConfigContainer:
     """F: A with MCore's local unfused DotProductAttention (the s x s scores are materialised)."""
     cfg = _llama_calibration()
     cfg.model.attention_backend = AttnBackend.local
     return cfg
 
 
-def case_g_llama32_3b_seq4k_mbs1() -> ConfigContainer:
+def case_g_llama32_3b_seq4k_mbs1_1gpu_h200_config() -> ConfigContainer:
     """G: Llama-3.2-3B shape, seq 4096, mbs 1, no recompute, flash attention."""
     cfg = _llama_calibration(
         num_layers=28,
@@ -164,7 +164,7 @@ def case_g_llama32_3b_seq4k_mbs1() -> ConfigContainer:
     return cfg
 
 
-def case_h_llama32_1b_distributed_optimizer() -> ConfigContainer:
+def case_h_llama32_1b_distributed_optimizer_1gpu_h200_config() -> ConfigContainer:
     """H: A with the distributed optimizer (DP=1: nothing is sharded; DDP adds a contiguous bf16 param buffer)."""
     cfg = _llama_calibration(use_distributed_optimizer=True)
     return cfg
