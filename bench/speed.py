@@ -2,12 +2,13 @@
 
 Times, in one run and with the same machine state, each case N times (median, min, spread):
 
-  (a) ``mbmem-lint check <recipes> <perf_recipes> --format json``  whole corpus (exit 1 = findings)
+  (a) ``mbmem-lint check <recipes> <perf_recipes>``                whole corpus (exit 1 = findings);
+      also ``--format json``, which computes every fix's edits with libcst
   (b) ``fixit lint <recipes> <perf_recipes>``                       Fixit 2.x, default built-in rules
   (c) ``mbmem-lint check <one file>``                               pre-commit case (perf + library file)
   (d) ``mbmem-lint --version``                                      start-up
   (e) (a) with ``[tool.mbmem-lint] cache = true``: cold (empty cache dir) then warm, if a cache is written
-  (f) scaling: (a) over 1x, 2x, 4x copies of the corpus in temporary folders
+  (f) scaling: (a) over 1x, 2x, 4x copies of the corpus in temporary folders (text report)
 
 plus peak RSS of (a) and (b), and writes the figures, the exact commands and the machine to
 ``BENCHMARKS.md``.
@@ -269,6 +270,24 @@ def _json_summary(out: str, err: str) -> str:
     return "summary: " + ", ".join(f"{k}={v}" for k, v in summary.items())
 
 
+_FOUND_RE = re.compile(r"Found (\d+) errors?, (\d+) warnings?, (\d+) infos? in (\d+) files?(?: \((\d+) fixable)?")
+
+
+def _text_summary(out: str, err: str) -> str:
+    """The counts of the text report's last line (``Found 150 errors, ... in 91 files``)."""
+    m = _FOUND_RE.search(out[-400:])
+    if m is None:
+        if "No problems found" in out[-200:] or not out.strip():
+            summary = {"errors": 0, "warnings": 0, "infos": 0, "files": 0, "fixable": 0}
+        else:
+            raise SystemExit(f"mbmem-lint printed no summary line:\n{out[-500:]}\n{err[-2000:]}")
+    else:
+        summary = dict(zip(("errors", "warnings", "infos", "files", "fixable"), (int(g or 0) for g in m.groups())))
+    LAST_SUMMARY.clear()
+    LAST_SUMMARY.update(summary)
+    return "summary: " + ", ".join(f"{k}={v}" for k, v in summary.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--setup", action="store_true", help="create .cache/bench-venv and pip install fixit first")
@@ -355,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         # every fix's edits with libcst for the "fix" objects of the JSON contract)
         cases["corpus_text"] = bench(Case("corpus_text", "mbmem-lint check <corpus> (text)",
                                           [mbmem, "check", "--no-color", *map(str, dirs)], str(work)),
-                                     n, {0, 1}, sample_tree=True)
+                                     n, {0, 1}, sample_tree=True, check=_text_summary)
         cases["corpus"] = bench(Case("corpus", "mbmem-lint check <corpus> --format json",
                                      [mbmem, "check", *map(str, dirs), "--format", "json"], str(work)),
                                 n, {0, 1}, sample_tree=True, check=_json_summary)
@@ -402,10 +421,10 @@ def main(argv: list[str] | None = None) -> int:
             for d in cache_dirs:
                 shutil.rmtree(d, ignore_errors=True)
 
-        ccmd = [mbmem, "check", *map(str, cdirs), "--format", "json"]
+        ccmd = [mbmem, "check", "--no-color", *map(str, cdirs)]
         wipe()
         cold = bench(Case("cache_cold", "check <copy>, cache=true, cold", ccmd, str(proj)), 1, {0, 1},
-                     sample_tree=True, check=_json_summary)
+                     sample_tree=True, check=_text_summary)
         written = [d for d in cache_dirs if d.is_dir() and any(d.rglob("*"))]
         if written:
             size = sum(f.stat().st_size for f in written[0].rglob("*") if f.is_file())
@@ -415,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             wipe()
             bench(Case("cache_fill", "(filling the cache, untimed)", ccmd, str(proj)), 1, {0, 1})
             cases["cache_warm"] = bench(Case("cache_warm", "check <copy>, cache=true, warm", ccmd, str(proj)),
-                                        cache_n, {0, 1}, sample_tree=True, check=_json_summary)
+                                        cache_n, {0, 1}, sample_tree=True, check=_text_summary)
         else:
             cold.notes.append("no cache written by this mbmem-lint (the `cache` setting is accepted but not "
                               "implemented yet): warm runs skipped")
@@ -427,12 +446,12 @@ def main(argv: list[str] | None = None) -> int:
             for k in (int(s) for s in args.scales.split(",")):
                 sdirs = copy_corpus(bridge, work / f"scale_{k}", k)
                 c = bench(Case(f"scale_{k}", f"check {k}x corpus ({k * len(files)} files)",
-                               [mbmem, "check", *map(str, sdirs), "--format", "json"], str(work)),
-                          scale_n, {0, 1}, sample_tree=True, check=_json_summary)
+                               [mbmem, "check", "--no-color", *map(str, sdirs)], str(work)),
+                          scale_n, {0, 1}, sample_tree=True, check=_text_summary)
                 cases[c.key] = c
                 st = c.stat()
                 scaling.append({"copies": k, "files": k * len(files), **st,
-                                "recipes": LAST_SUMMARY.get("recipes", -1),
+                                "findings": sum(LAST_SUMMARY.get(k, 0) for k in ("errors", "warnings", "infos")),
                                 "ms_per_file": 1000 * st["median_s"] / (k * len(files))})
                 shutil.rmtree(work / f"scale_{k}", ignore_errors=True)
     finally:
@@ -579,12 +598,12 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
     if scaling:
         base = scaling[0]["ms_per_file"]
         L += ["## Scaling", "",
-              "`mbmem-lint check --format json` over k copies of the corpus (`$TMP/scale_k/copy_i/megatron/"
+              "`mbmem-lint check` (text report) over k copies of the corpus (`$TMP/scale_k/copy_i/megatron/"
               "bridge/{recipes,perf_recipes}`; the copies re-use module names).", "",
-              "| copies | files | recipes | median (s) | min (s) | ms / file | vs 1× per file | CPU (s) | CPU ms / file | RSS tree (MB) |",
+              "| copies | files | findings | median (s) | min (s) | ms / file | vs 1× per file | CPU (s) | CPU ms / file | RSS tree (MB) |",
               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in scaling:
-            L.append(f"| {row['copies']}× | {row['files']} | {row['recipes']} | {row['median_s']:.2f} | {row['min_s']:.2f} | "
+            L.append(f"| {row['copies']}× | {row['files']} | {row['findings']} | {row['median_s']:.2f} | {row['min_s']:.2f} | "
                      f"{row['ms_per_file']:.1f} | {row['ms_per_file'] / base:.2f} | {row['cpu_median_s']:.1f} | "
                      f"{1000 * row['cpu_median_s'] / row['files']:.1f} | "
                      f"{max(row['tree_rss_mb'], row['maxrss_mb']):.0f} |")
@@ -601,11 +620,11 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
                   "figure; linear or better = at most 1.25×). CPU time per file: "
                   + ", ".join(f"{r['copies']}× {1000 * r['cpu_median_s'] / r['files']:.1f} ms" for r in scaling)
                   + " (CPU time is the steadier measure when the machine is shared)."]
-            rec = [r["recipes"] for r in scaling]
+            rec = [r["findings"] for r in scaling]
             if any(r != rec[0] * s["copies"] for r, s in zip(rec, scaling)):
-                L += ["", "Recipes resolved per scale: " + ", ".join(f"{s['copies']}×: {r}" for r, s in
-                                                                    zip(rec, scaling))
-                      + f" — not k × {rec[0]}: some copies (same module names) are resolved as one recipe."]
+                L += ["", "Findings per scale: " + ", ".join(f"{s['copies']}×: {r}" for r, s in zip(rec, scaling))
+                      + f" — not k × {rec[0]}: findings at the same place in copies with the same module names "
+                      "are reported once."]
         L.append("")
 
     L += ["## Exact commands", "",

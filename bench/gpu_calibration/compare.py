@@ -19,6 +19,8 @@ For every case of ``measured.json`` the matching recipe function (``recipe_funct
 - **activations**: measured peak over the iterations minus the allocated bytes after step 1 (everything the
   training step adds on top of the persistent state: saved activations, logits/cross-entropy, transients) vs
   the estimator's activation + workspace components.
+- **per layer**: median over decoder layers of the allocation growth across one layer's forward (measure.py's
+  forward hooks: what the layer keeps for backward plus its output) vs activation component / layers.
 - **components**: each state component against the exact buffer sizes measure.py recorded.
 - **outside the allocator**: measured ``total - free - reserved`` (CUDA context, NCCL, cuBLAS handles) vs the
   ``runtime`` components, and measured ``peak_reserved - peak_allocated`` vs the fragmentation reserve.
@@ -206,11 +208,19 @@ def compare_case(name: str, case: dict[str, Any], est: dict[str, Any] | None) ->
     m_act = (peak_steps - after1) if (peak_steps is not None and after1 is not None) else None
     non_alloc = _dig(mem, "final.mem_get_info.non_allocator")
     frag = (mem["peak_reserved_bytes"] - peak) if mem.get("peak_reserved_bytes") is not None and peak else None
-    row["measured"] = {"peak_allocated": peak, "peak_allocated_steps": peak_steps, "after_step1": after1,
+    deltas = _dig(mem, "forward_allocation_deltas.layers") or []
+    per_layer_m = sorted(deltas)[len(deltas) // 2] if deltas else None
+    act_comp = next(((n, b) for n, b, _k in comps if n.startswith("activations (")), None)
+    per_layer_e = None
+    if act_comp is not None and case.get("config", {}).get("model", {}).get("recompute_granularity") != "full":
+        n_layers = _dig(case, "config.model.num_layers")
+        per_layer_e = act_comp[1] / n_layers if n_layers else None
+    row["measured"] = {"per_layer_forward_delta_median": per_layer_m, "peak_allocated": peak, "peak_allocated_steps": peak_steps, "after_step1": after1,
                        "after_build": build, "activation_transient": m_act, "non_allocator": non_alloc,
                        "reserved_minus_allocated_peak": frag, "peak_reserved": mem.get("peak_reserved_bytes"),
                        "saved_for_backward_per_microbatch": mem.get("saved_for_backward_bytes_per_microbatch")}
-    row["diff_pct"] = {"peak": _pct(e_alloc, peak), "state_after_step1": _pct(e_state, after1),
+    row["estimate"]["per_layer_activation"] = per_layer_e
+    row["diff_pct"] = {"per_layer": _pct(per_layer_e, per_layer_m), "peak": _pct(e_alloc, peak), "state_after_step1": _pct(e_state, after1),
                        "state_after_build": _pct(e_build, build), "activations": _pct(e_act, m_act),
                        "runtime": _pct(kinds.get("runtime", 0), non_alloc)}
     meas_comp = {"weights": buf.get("model_param_bytes"), "gradients": buf.get("grad_buffer_bytes"),
@@ -223,6 +233,10 @@ def compare_case(name: str, case: dict[str, Any], est: dict[str, Any] | None) ->
 
 def _g(v: Any) -> str:
     return "-" if v is None else f"{v / GIB:.2f}"
+
+
+def _m(v: Any) -> str:
+    return "-" if v is None else f"{v / 2**20:.1f}"
 
 
 def _p(v: Any) -> str:
@@ -262,10 +276,15 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], fmt: str) -> str:
                      _p(r["diff_pct"]["state_after_build"])] for r in ok])
     lines.append("")
     lines.append("Activations: measured (peak over iterations - allocated after step 1) vs estimated activation+workspace")
-    lines += table(["case", "measured", "estimated", "diff", "saved/microbatch (meas.)", "description"],
+    lines += table(["case", "measured", "estimated", "diff", "saved/microbatch (meas.)", "per layer (meas. MiB)",
+                    "per layer (est. MiB)", "diff", "description"],
                    [[r["case"], _g(r["measured"]["activation_transient"]), _g(r["estimate"]["activation_workspace"]),
                      _p(r["diff_pct"]["activations"]), _g(r["measured"]["saved_for_backward_per_microbatch"]),
-                     str(r.get("description") or "")] for r in ok])
+                     _m(r["measured"]["per_layer_forward_delta_median"]), _m(r["estimate"]["per_layer_activation"]),
+                     _p(r["diff_pct"]["per_layer"]), str(r.get("description") or "")] for r in ok])
+    lines.append("  per layer: measured = median over decoder layers of memory_allocated() after - before the layer's "
+                 "forward (kept for backward + its output); estimated = activation component / layers (all "
+                 "microbatches in flight at PP=1: 1); not shown under full recompute")
     lines.append("")
     lines.append("Model-state components: measured buffer sizes vs estimated components")
     body = []

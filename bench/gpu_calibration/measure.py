@@ -299,6 +299,7 @@ def _inner_optimizers(opt: Any) -> list[Any]:
 
 
 FALLBACKS: list[str] = []  # SDPA calls that needed contiguous copies (recorded in the case result)
+FIRST_CALL: dict[str, Any] = {}  # dtypes/shapes/strides SDPAFlashCoreAttention saw first (recorded)
 
 
 def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_mode: str) -> type:
@@ -341,6 +342,9 @@ def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_
             v = value.permute(1, 2, 0, 3)
             ng = k.shape[1]
             gqa = np_ != ng
+            if not FIRST_CALL:
+                FIRST_CALL.update({n: {"dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride())}
+                                   for n, t in (("query", query), ("key", key), ("value", value))})
             if gqa and gqa_mode == "repeat":
                 k = k.repeat_interleave(np_ // ng, dim=1)
                 v = v.repeat_interleave(np_ // ng, dim=1)
@@ -431,6 +435,8 @@ def run_worker(args: argparse.Namespace) -> None:
             pass
     finally:
         timing["total"] = time.time() - t_start
+        if FIRST_CALL:
+            rec["sdpa_first_call"] = FIRST_CALL
         if FALLBACKS:
             rec["sdpa_contiguous_fallbacks"] = {"count": len(FALLBACKS), "first": FALLBACKS[:3]}
         save()
