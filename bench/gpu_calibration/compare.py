@@ -210,17 +210,21 @@ def compare_case(name: str, case: dict[str, Any], est: dict[str, Any] | None) ->
     frag = (mem["peak_reserved_bytes"] - peak) if mem.get("peak_reserved_bytes") is not None and peak else None
     deltas = _dig(mem, "forward_allocation_deltas.layers") or []
     per_layer_m = sorted(deltas)[len(deltas) // 2] if deltas else None
+    owners = _dig(mem, "saved_tensor_census.bytes_by_owner") or {}
+    layer_saved = sorted(v for k, v in owners.items() if k != "outside")
+    per_layer_census = layer_saved[len(layer_saved) // 2] if layer_saved else None
     act_comp = next(((n, b) for n, b, _k in comps if n.startswith("activations (")), None)
     per_layer_e = None
     if act_comp is not None and case.get("config", {}).get("model", {}).get("recompute_granularity") != "full":
         n_layers = _dig(case, "config.model.num_layers")
         per_layer_e = act_comp[1] / n_layers if n_layers else None
-    row["measured"] = {"per_layer_forward_delta_median": per_layer_m, "peak_allocated": peak, "peak_allocated_steps": peak_steps, "after_step1": after1,
+    row["measured"] = {"per_layer_forward_delta_median": per_layer_m, "per_layer_saved_census_median": per_layer_census,
+                       "saved_outside_layers": owners.get("outside"), "peak_allocated": peak, "peak_allocated_steps": peak_steps, "after_step1": after1,
                        "after_build": build, "activation_transient": m_act, "non_allocator": non_alloc,
                        "reserved_minus_allocated_peak": frag, "peak_reserved": mem.get("peak_reserved_bytes"),
                        "saved_for_backward_per_microbatch": mem.get("saved_for_backward_bytes_per_microbatch")}
     row["estimate"]["per_layer_activation"] = per_layer_e
-    row["diff_pct"] = {"per_layer": _pct(per_layer_e, per_layer_m), "peak": _pct(e_alloc, peak), "state_after_step1": _pct(e_state, after1),
+    row["diff_pct"] = {"per_layer": _pct(per_layer_e, per_layer_census if per_layer_census is not None else per_layer_m), "peak": _pct(e_alloc, peak), "state_after_step1": _pct(e_state, after1),
                        "state_after_build": _pct(e_build, build), "activations": _pct(e_act, m_act),
                        "runtime": _pct(kinds.get("runtime", 0), non_alloc)}
     meas_comp = {"weights": buf.get("model_param_bytes"), "gradients": buf.get("grad_buffer_bytes"),
@@ -276,15 +280,19 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any], fmt: str) -> str:
                      _p(r["diff_pct"]["state_after_build"])] for r in ok])
     lines.append("")
     lines.append("Activations: measured (peak over iterations - allocated after step 1) vs estimated activation+workspace")
-    lines += table(["case", "measured", "estimated", "diff", "saved/microbatch (meas.)", "per layer (meas. MiB)",
-                    "per layer (est. MiB)", "diff", "description"],
+    lines += table(["case", "measured", "estimated", "diff", "saved/mb", "layer saved MiB", "layer dalloc MiB",
+                    "layer est. MiB", "diff", "outside layers MiB"],
                    [[r["case"], _g(r["measured"]["activation_transient"]), _g(r["estimate"]["activation_workspace"]),
                      _p(r["diff_pct"]["activations"]), _g(r["measured"]["saved_for_backward_per_microbatch"]),
+                     _m(r["measured"]["per_layer_saved_census_median"]),
                      _m(r["measured"]["per_layer_forward_delta_median"]), _m(r["estimate"]["per_layer_activation"]),
-                     _p(r["diff_pct"]["per_layer"]), str(r.get("description") or "")] for r in ok])
-    lines.append("  per layer: measured = median over decoder layers of memory_allocated() after - before the layer's "
-                 "forward (kept for backward + its output); estimated = activation component / layers (all "
-                 "microbatches in flight at PP=1: 1); not shown under full recompute")
+                     _p(r["diff_pct"]["per_layer"]), _m(r["measured"]["saved_outside_layers"])] for r in ok])
+    lines.append("  saved/mb: allocated at the loss - allocated at forward start (GiB). Per layer (median over decoder "
+                 "layers): 'saved' = distinct storages autograd saved while the layer ran (saved_tensors_hooks); "
+                 "'dalloc' = memory_allocated() growth across the layer's forward (saved + its output); 'est.' = "
+                 "activation component / layers (PP=1: one microbatch in flight); diff = est. vs 'saved' "
+                 "(else 'dalloc'). Not shown under full recompute. 'outside layers' = saved by embedding/RoPE, final "
+                 "norm, output layer and cross entropy (MiB).")
     lines.append("")
     lines.append("Model-state components: measured buffer sizes vs estimated components")
     body = []

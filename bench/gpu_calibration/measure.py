@@ -25,8 +25,12 @@ What is mirrored from production (Megatron Bridge + TE) and what is not:
 - Core attention: ``--attention sdpa_flash`` (default for the main cases) swaps the local spec's
   ``DotProductAttention`` (materialises the s x s scores) for ``SDPAFlashCoreAttention`` below, which
   calls ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)`` restricted to the flash
-  backend, with native GQA (no K/V repeat). Like TE flash/fused attention it saves q, k, v, the output
-  and the fp32 log-sum-exp. Case F keeps the unfused local ``DotProductAttention`` as a contrast.
+  backend, with native GQA (no K/V repeat). Like TE's FlashAttention on sbhd input, q/k/v are handed over
+  as contiguous [b, s, h, d] copies (``--sdpa-layout bshd_contiguous``, default), so the kernel saves
+  q, k, v, the output and the fp32 log-sum-exp, and MCore's fused QKV output and RoPE outputs are freed
+  after the attention. ``--sdpa-layout view`` passes strided views instead (then ``value``, a view of the
+  fused QKV output, keeps that whole tensor alive). Case F keeps the unfused local ``DotProductAttention``
+  as a contrast.
 - SwiGLU: ``bias_activation_fusion=True`` (as Bridge's Llama providers) -> MCore ``SwiGLUFunction``,
   which saves only the fc1 output (like TE's fused SwiGLU). Its helpers are ``torch.compile``-decorated
   (``megatron.core.jit.jit_fuser``); by default the workers set ``TORCHDYNAMO_DISABLE=1`` so they run
@@ -56,8 +60,10 @@ each microbatch, backward, optimizer step) after reading the phase peak, so the 
 exact and the overall peak is their maximum (recorded as ``peak_allocated_bytes``). Also recorded:
 allocated after build (before step 1) and after step 1, reserved peaks, ``mem_get_info`` (CUDA context +
 NCCL = total - free - reserved), exact buffer sizes (bf16 params, fp32 grad buffer, fp32 main params, Adam
-states), bytes held for backward per microbatch (allocated at the loss minus allocated at forward start)
-and per-layer allocation deltas of one forward (forward hooks on the decoder layers).
+states), bytes held for backward per microbatch (allocated at the loss minus allocated at forward start),
+per-layer allocation deltas of one forward (forward hooks on the decoder layers) and a census of the
+autograd-saved tensors of that forward (``saved_tensors_hooks``, storages counted once, per layer, with the
+first layer's tensors listed: shape, dtype, bytes), which shows exactly what each layer keeps.
 """
 
 from __future__ import annotations
@@ -157,7 +163,8 @@ def run_parent(args: argparse.Namespace) -> int:
         "recipe_file": RECIPE_FILE,
         "dry_run": bool(args.dry_run),
         "settings": {"iterations": args.iterations, "attention_override": args.attention, "jit": args.jit,
-                     "adam": args.adam, "sdpa_backend": args.sdpa_backend, "budget_s": args.budget_s,
+                     "adam": args.adam, "sdpa_backend": args.sdpa_backend, "sdpa_layout": args.sdpa_layout,
+                     "budget_s": args.budget_s,
                      "case_timeout_s": args.case_timeout_s,
                      "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
                      "python": sys.version.split()[0]},
@@ -178,7 +185,7 @@ def run_parent(args: argparse.Namespace) -> int:
             rfile = Path(td) / "case.json"
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--result-file", str(rfile),
                    "--iterations", str(args.iterations), "--jit", args.jit, "--adam", args.adam,
-                   "--sdpa-backend", args.sdpa_backend]
+                   "--sdpa-backend", args.sdpa_backend, "--sdpa-layout", args.sdpa_layout]
             if args.attention:
                 cmd += ["--attention", args.attention]
             if args.dry_run:
@@ -302,7 +309,7 @@ FALLBACKS: list[str] = []  # SDPA calls that needed contiguous copies (recorded 
 FIRST_CALL: dict[str, Any] = {}  # dtypes/shapes/strides SDPAFlashCoreAttention saw first (recorded)
 
 
-def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_mode: str) -> type:
+def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_mode: str, layout: str) -> type:
     """Core attention for the local spec: SDPA (flash backend) on [s, b, h, d] inputs, causal, native GQA.
 
     Mirrors TE's flash/fused attention memory: saves q, k, v, output and the fp32 log-sum-exp (no s x s).
@@ -337,9 +344,12 @@ def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_
                     attention_bias: Any = None, packed_seq_params: Any = None, **_: Any) -> Any:
             assert packed_seq_params is None and attention_bias is None
             sq, b, np_, hn = query.shape
-            q = query.permute(1, 2, 0, 3)  # [b, np, s, hn] (view)
-            k = key.permute(1, 2, 0, 3)
-            v = value.permute(1, 2, 0, 3)
+            if layout == "bshd_contiguous":
+                # Like TE's FlashAttention on sbhd input: contiguous [b, s, h, d] copies go to the kernel, so the
+                # kernel saves those and the fused QKV output / RoPE outputs are freed after the attention.
+                q, k, v = (t.transpose(0, 1).contiguous().transpose(1, 2) for t in (query, key, value))
+            else:  # "view": strided views; value keeps the whole fused QKV output alive
+                q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
             ng = k.shape[1]
             gqa = np_ != ng
             if not FIRST_CALL:
@@ -366,7 +376,8 @@ def make_sdpa_core_attention(torch: Any, MegatronModule: Any, backend: str, gqa_
     return SDPAFlashCoreAttention
 
 
-def probe_sdpa(torch: Any, backend: str, heads: int, groups: int, head_dim: int, device: str) -> dict[str, Any]:
+def probe_sdpa(torch: Any, backend: str, heads: int, groups: int, head_dim: int, device: str,
+               layout: str) -> dict[str, Any]:
     """Which SDPA configuration works here: native GQA on the requested backend, else K/V repeat.
 
     The probe tensors have MCore's layout: q/k/v split from one fused [s, b, g, (h/g + 2) * d] QKV output
@@ -381,9 +392,12 @@ def probe_sdpa(torch: Any, backend: str, heads: int, groups: int, head_dim: int,
     s, b, rep = 256, 2, heads // groups
     mixed = torch.randn(s, b, groups, (rep + 2) * head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
     qg, k, v = torch.split(mixed, [rep * head_dim, head_dim, head_dim], dim=3)
-    q = qg.reshape(s, b, heads, head_dim).permute(1, 2, 0, 3)
-    k = (k * 1.0).permute(1, 2, 0, 3)  # RoPE output: a new contiguous [s, b, g, d] tensor
-    v = v.permute(1, 2, 0, 3)  # a strided view of the fused QKV output
+    q = qg.reshape(s, b, heads, head_dim)
+    k = k * 1.0  # RoPE output: a new contiguous [s, b, g, d] tensor; v stays a strided view of the fused QKV
+    if layout == "bshd_contiguous":
+        q, k, v = (t.transpose(0, 1).contiguous().transpose(1, 2) for t in (q, k, v))
+    else:
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))
     errors: dict[str, str] = {}
     for mode in ("native", "repeat"):
         try:
@@ -393,7 +407,7 @@ def probe_sdpa(torch: Any, backend: str, heads: int, groups: int, head_dim: int,
                 o = F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
                                                    enable_gqa=(mode == "native" and heads != groups))
                 o.float().sum().backward()
-            return {"backend": backend, "gqa_mode": mode, "errors": errors}
+            return {"backend": backend, "gqa_mode": mode, "layout": layout, "errors": errors}
         except Exception as exc:  # noqa: BLE001
             errors[mode] = f"{type(exc).__name__}: {exc}"[:500]
     raise RuntimeError(f"SDPA backend {backend!r} unusable: {errors}")
@@ -574,7 +588,7 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
     if attention == "sdpa_flash":
         backend = args.sdpa_backend if not dry else "auto"
         sdpa_info = probe_sdpa(torch, backend, shape["num_attention_heads"], shape["num_query_groups"],
-                               shape["kv_channels"], "cuda" if use_cuda else "cpu")
+                               shape["kv_channels"], "cuda" if use_cuda else "cpu", args.sdpa_layout)
         if use_cuda:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -585,11 +599,12 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
     spec = get_gpt_layer_local_spec(normalization="RMSNorm")
     if attention == "sdpa_flash":
         spec.submodules.self_attention.submodules.core_attention = make_sdpa_core_attention(
-            torch, MegatronModule, sdpa_info["backend"], sdpa_info["gqa_mode"])
+            torch, MegatronModule, sdpa_info["backend"], sdpa_info["gqa_mode"], args.sdpa_layout)
     elif attention != "local_unfused":
         raise ValueError(f"unknown attention {attention!r}")
 
     rec["config"] = config_record(case, shape, seq, config, args.iterations)
+    rec["config"]["model"]["sdpa_layout"] = args.sdpa_layout if attention == "sdpa_flash" else None
 
     # --- model ---
     t = time.time()
@@ -690,7 +705,18 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
         # Per-layer allocation deltas in the forward of the last iteration's first microbatch.
         layer_log["on"] = cur["iteration"] == args.iterations and len(cur["microbatches"]) == 1
         tokens, labels, pos = next(data_iterator)
-        output = model_(tokens, pos, None, labels=labels)
+        if layer_log["on"]:
+            census.update(seen=set(), by_owner={}, detail=[])
+            with torch.autograd.graph.saved_tensors_hooks(census_pack, lambda t: t):
+                output = model_(tokens, pos, None, labels=labels)
+            mem["saved_tensor_census"] = {
+                "note": "autograd-saved tensors of one forward (last iteration, microbatch 1), distinct storages "
+                        "(parameters excluded), attributed to the decoder layer running when saved ('outside' = "
+                        "embedding/RoPE, final norm, output layer, cross entropy); detail = first layer",
+                "bytes_by_owner": {str(k): v for k, v in census["by_owner"].items()},
+                "first_layer_detail": census["detail"]}
+        else:
+            output = model_(tokens, pos, None, labels=labels)
 
         def loss_func(output_tensor: Any) -> Any:
             if layer_log["on"]:
@@ -720,11 +746,33 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
     def alloc() -> int:
         return int(torch.cuda.memory_allocated()) if use_cuda else 0
 
+    census: dict[str, Any] = {"owner": "outside", "seen": set(), "by_owner": {}, "detail": []}
+    param_ptrs = {p.untyped_storage().data_ptr() for p in base.parameters()}
+    first_layer = base.decoder.layers[0].layer_number
+
+    def census_pack(t: Any) -> Any:
+        try:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+        except Exception:  # noqa: BLE001 - tensors without storage
+            return t
+        if ptr in param_ptrs or ptr in census["seen"]:
+            return t
+        census["seen"].add(ptr)
+        owner = census["owner"]
+        census["by_owner"][owner] = census["by_owner"].get(owner, 0) + int(st.nbytes())
+        if owner == first_layer:
+            census["detail"].append({"shape": list(t.shape), "dtype": str(t.dtype), "storage_bytes": int(st.nbytes()),
+                                     "view": int(st.nbytes()) != t.numel() * t.element_size()})
+        return t
+
     def pre_hook(module: Any, _inp: Any) -> None:
+        census["owner"] = module.layer_number
         if layer_log["on"] and torch.is_grad_enabled():
             layer_log["before"][id(module)] = alloc()
 
     def post_hook(module: Any, _inp: Any, _out: Any) -> None:
+        census["owner"] = "outside"
         if layer_log["on"] and id(module) in layer_log["before"]:
             b = layer_log["before"].pop(id(module))
             layer_log["deltas"].append((module.layer_number, b, alloc() - b))
@@ -861,6 +909,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attention", choices=["sdpa_flash", "local_unfused"], default=None,
                     help="override every case's core attention")
     ap.add_argument("--sdpa-backend", choices=["flash", "efficient", "cudnn", "math", "auto"], default="flash")
+    ap.add_argument("--sdpa-layout", choices=["bshd_contiguous", "view"], default="bshd_contiguous",
+                    help="q/k/v handed to SDPA: contiguous [b,s,h,d] copies (TE flash-like) or strided views")
     ap.add_argument("--jit", choices=["eager", "compile"], default="eager",
                     help="eager: TORCHDYNAMO_DISABLE=1 for MCore's torch.compile'd fusions")
     ap.add_argument("--adam", choices=["fused", "foreach"], default="fused")
