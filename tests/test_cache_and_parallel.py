@@ -117,3 +117,36 @@ def test_results_cache_keeps_fix_edits(tmp_path: Path, monkeypatch: pytest.Monke
     cold = fixes()
     assert any(edits for _, edits in cold), "a finding with edits"
     assert fixes() == cold  # warm: served from the cache, edits included
+
+
+def test_parallel_equals_sequential_with_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue's YAML task (override files, paired recipes, parse errors) reports what one process
+    reports."""
+    _tree(tmp_path, pp=2)
+    (tmp_path / "second.py").write_text(RECIPE.replace("my_8gpu_h100_config", "other_16gpu_h100_config"),
+                                        encoding="utf-8")
+    (tmp_path / "broken.py").write_text("def f(:\n", encoding="utf-8")
+    (tmp_path / "override.yaml").write_text(
+        "# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\n"
+        "model:\n  tensor_model_parallel_size: 3\n  tensor_model_paralel_size: 2\n", encoding="utf-8")
+    (tmp_path / "bad.yaml").write_text("# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\nmodel: [unclosed\n",
+                                      encoding="utf-8")
+
+    def findings(jobs: str) -> list[tuple[object, ...]]:
+        monkeypatch.setenv("MBMEM_LINT_JOBS", jobs)
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            run = run_check(["."], Settings(root=tmp_path), ResolveOptions(), need_edits=True)
+        finally:
+            os.chdir(old)
+        return [(d.code, d.location.path, d.location.line, d.message, d.function,
+                 [(e.path, e.start, e.end, e.replacement) for e in (d.fix.edits if d.fix else [])])
+                for d in run.diagnostics]
+
+    sequential = findings("1")
+    codes = {f[0] for f in sequential}
+    assert {"MBM002", "MBM205", "MBM601"} <= codes, codes  # parse error, helper finding, YAML typo
+    assert any(f[1] == "bad.yaml" for f in sequential)
+    assert findings("2") == sequential
+    assert findings("3") == sequential

@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, case in (measured.get("cases") or {}).items():
         rows.append(compare_case(name, case, ests.get(case.get("recipe_function") or "")))
-    env = next((c.get("env") for c in measured.get("cases", {}).values() if c.get("env")), {})
+    env: dict[str, Any] = next((c["env"] for c in measured.get("cases", {}).values() if c.get("env")), {})
     meta = {"path": str(mpath), "fake": measured.get("fake", False), "env": env, "via": via,
             "est_gpu": next((e["gpu"] for e in ests.values()), args.gpu)}
     if args.format == "json":

@@ -1,0 +1,54 @@
+"""The read-on-demand data pack: round trip, laziness, damage, and the shipped packs' derived header."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbmem_lint.data_pack import MAGIC, Pack, PackError, dump_pack
+
+
+def test_round_trip_and_entries_decoded_on_demand() -> None:
+    entries = {"b": {"x": [1, 2, {"y": None}]}, "a": "text with \"quotes\" and é", "c": 3.5}
+    data = dump_pack({"version": "1"}, entries)
+    pack = Pack(data)
+    assert pack.meta == {"version": "1"}
+    assert sorted(pack) == ["a", "b", "c"] and len(pack) == 3 and "b" in pack and "z" not in pack
+    assert pack._decoded == {}  # nothing decoded by opening it
+    assert pack["b"] == entries["b"]
+    assert list(pack._decoded) == ["b"]
+    assert pack.to_dict() == entries
+    assert pack["a"] is pack["a"]  # decoded once, kept
+    with pytest.raises(KeyError):
+        pack["z"]
+
+
+def test_bytes_are_deterministic() -> None:
+    a = dump_pack({"m": 1}, {"x": {"k2": 1, "k1": 2}, "y": [3]})
+    b = dump_pack({"m": 1}, {"y": [3], "x": {"k1": 2, "k2": 1}})
+    assert a == b  # sorted names and keys, fixed compression level
+
+
+@pytest.mark.parametrize("data", [b"", b"PK\x03\x04 not a pack", MAGIC + b"12\n{not json}", MAGIC + b"x\n{}"])
+def test_damaged_pack_is_rejected(data: bytes) -> None:
+    with pytest.raises(PackError):
+        Pack(data)
+
+
+def test_shipped_schema_header_matches_a_fresh_computation() -> None:
+    from mbmem_lint.resolve.schema import Schema
+
+    shipped = Schema.load()
+    names = shipped.model_field_names()
+    assert {"tensor_model_parallel_size", "num_layers", "hidden_size"} <= names
+    assert "micro_batch_size" not in names  # a TrainingConfig field, not a provider's
+    # Without the shipped header the names are computed from the classes: the same set.
+    classes = {q: _spec(shipped, q) for q in shipped.classes}
+    assert Schema({"generator": shipped.generator, "classes": classes}).model_field_names() == names
+
+
+def _spec(schema: object, qual: str) -> dict[str, object]:
+    from mbmem_lint.resolve.schema import Schema
+
+    assert isinstance(schema, Schema)
+    cls = schema.classes[qual]
+    return {"bases": cls.bases, "fields": {n: {"type": f.type, "default": f.default} for n, f in cls.fields.items()}}
