@@ -113,18 +113,18 @@ class RuleContext:
         self.sources = sources
         self.overrides = overrides or []
         self.override_file = override_file
+        if recipe is not None:
+            # The recipe of a recipe-scope rule (rules read it a few hundred times per recipe: a
+            # plain attribute, not a property). Override-file rules have none.
+            self.r: ResolvedRecipe = recipe
 
     # -- values ---------------------------------------------------------------------------
-    @property
-    def r(self) -> ResolvedRecipe:
-        assert self.recipe is not None, "recipe rule run without a recipe"
-        return self.recipe
-
     def get(self, path: str) -> Any:
         """Effective value (after runtime rewrites); UNKNOWN when unresolvable. A field the resolver
         did not list falls back to its dataclass default from the schema (when the section is known)."""
-        if path in self.r.fields:
-            return self.r.get(path)
+        f = self.r.fields.get(path)
+        if f is not None:
+            return f.value
         return _schema_default(self.r, path)
 
     def pre(self, path: str) -> Any:

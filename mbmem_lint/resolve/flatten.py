@@ -20,6 +20,7 @@ from mbmem_lint.resolve.values import (
 )
 
 MAX_DEPTH = 6
+_MISSING = object()
 
 
 def to_json(value: Any, depth: int = 0) -> Any:
@@ -108,8 +109,9 @@ class FieldMap(Mapping[str, ResolvedField]):
         return ResolvedField(value, "default", p.loc, p.anchor, value.reason if isinstance(value, Unknown) else "")
 
     def get_field(self, path: str) -> ResolvedField | None:
-        if path in self._cache:
-            return self._cache[path]
+        f = self._cache.get(path, _MISSING)
+        if f is not _MISSING:
+            return f  # type: ignore[return-value]
         f = self._lookup(path)
         self._cache[path] = f
         return f

@@ -57,8 +57,13 @@ class Unknown:
 UNKNOWN = Unknown()
 
 
+_PLAIN_TYPES = frozenset({bool, int, float, str, type(None)})
+
+
 def is_known(value: Any) -> bool:
     """True when ``value`` (and everything inside a list/dict) is known."""
+    if type(value) in _PLAIN_TYPES:  # the common case, without the isinstance chain
+        return True
     if isinstance(value, Unknown):
         return False
     if isinstance(value, (list, tuple)):
