@@ -147,12 +147,14 @@ class Interpreter:
         return self.stack[-1]
 
     def user_anchor(self) -> Location:
-        for f in reversed(self.stack):
+        stack = self.stack
+        for i in range(len(stack) - 1, -1, -1):
+            f = stack[i]
             if not f.module.is_library:
                 return loc_of(f.module, f.cur)
-        if not self.stack:
+        if not stack:
             return Location("<unknown>", 1, 1)
-        return loc_of(self.stack[-1].module, self.stack[-1].cur)
+        return loc_of(stack[-1].module, stack[-1].cur)
 
     def in_may(self) -> bool:
         return self.may_total > 0
@@ -167,11 +169,15 @@ class Interpreter:
 
     def prov(self, value_loc: list[int] | None, *, stmt: list[int] | None = None,
              target_text: str | None = None, origin: str | None = None) -> Prov:
-        f = self.frame
-        loc = loc_of(f.module, value_loc or f.cur)
-        stmt_loc = loc_of(f.module, stmt) if stmt else (loc_of(f.module, f.cur) if f.cur else None)
-        org = origin or ("library" if f.module.is_library else "recipe")
-        return Prov(loc, self.user_anchor(), org, self.next_seq(), stmt_loc, target_text, f.func)
+        f = self.stack[-1]
+        module = f.module
+        cur = f.cur
+        loc = loc_of(module, value_loc or cur)
+        stmt_loc = loc_of(module, stmt) if stmt else (loc_of(module, cur) if cur else None)
+        # The user-facing anchor: this frame's statement when it is user code (the common case).
+        anchor = loc_of(module, cur) if not module.is_library else self.user_anchor()
+        org = origin or ("library" if module.is_library else "recipe")
+        return Prov(loc, anchor, org, next(_SEQ), stmt_loc, target_text, f.func)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -244,8 +250,11 @@ class Interpreter:
             return None
         if obj.havoc is not None and not isinstance(value, (Obj, DictVal)):
             value = obj.havoc
-        p = obj.created
-        slot = Slot(value, Prov(p.loc, p.anchor, "default", p.seq, p.stmt, None, p.function))
+        dp = obj.default_prov
+        if dp is None:
+            p = obj.created
+            dp = obj.default_prov = Prov(p.loc, p.anchor, "default", p.seq, p.stmt, None, p.function)
+        slot = Slot(value, dp)
         if isinstance(value, (Obj, DictVal, list)):
             obj.slots[name] = slot  # mutable defaults must persist once read
         return slot

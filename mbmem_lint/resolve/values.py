@@ -68,7 +68,7 @@ class Slot:
 class Obj:
     """An instance of a config dataclass (or of an unknown class, ``schema`` None)."""
 
-    __slots__ = ("cls", "schema", "slots", "invalid", "created", "open", "havoc", "label")
+    __slots__ = ("cls", "schema", "slots", "invalid", "created", "open", "havoc", "label", "default_prov")
 
     def __init__(self, cls: str, schema: ClassSchema | None, created: Prov) -> None:
         self.label: str | None = None  # module-level name it was bound to (userbuffers presets)
@@ -79,6 +79,7 @@ class Obj:
         self.slots: dict[str, Slot] = {}
         self.invalid: dict[str, Slot] = {}  # attributes set that are not fields of the class
         self.created = created
+        self.default_prov: Prov | None = None  # provenance of the schema defaults read (made once)
 
     def __repr__(self) -> str:
         return f"Obj({self.cls})"
