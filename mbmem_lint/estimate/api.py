@@ -50,19 +50,17 @@ def _activation_components(inp: Inputs, plan: StagePlan) -> tuple[list[Component
     # Layers of the same kind have the same terms: compute each kind once (deep models, many calls).
     by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
     for chunk in plan.chunks:
-        vals: list[float] = []
-        for i in chunk:
-            kind = layer_kind(inp.shape, i)
-            hit = by_kind.get(kind)
-            if hit is None:
+        kinds = [layer_kind(inp.shape, i) for i in chunk]
+        for kind, i in zip(kinds, chunk):
+            if kind not in by_kind:
                 terms = layer_terms(inp, i)
-                hit = by_kind[kind] = (
+                by_kind[kind] = (
                     sum(v for k, v in terms.items() if k not in dropped and k not in offl),
                     sum(v for k, v in terms.items() if k in offl and k not in dropped),
                 )
-            vals.append(hit[0])
-            offloaded += hit[1]
-        chunk_layers.append(vals)
+        chunk_layers.append([by_kind[kd][0] for kd in kinds])
+        for kd in kinds:  # in layer order, as floats add up
+            offloaded += by_kind[kd][1]
     per_layer = [x for vals in chunk_layers for x in vals]
     comps: list[Component] = []
     fields = list(ACT_FIELDS)

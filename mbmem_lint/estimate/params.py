@@ -115,10 +115,12 @@ def layer_sublayers(s: Shape, index: int) -> list[str]:
 
 def layer_kind(s: Shape, index: int) -> tuple[str, ...]:
     """:func:`layer_sublayers` as a tuple, memoised on the shape (estimates ask per layer, per stage)."""
+    try:
+        return s.__dict__["_layer_kinds"][index]
+    except KeyError:
+        pass
     cache: dict[int, tuple[str, ...]] = s.__dict__.setdefault("_layer_kinds", {})
-    kind = cache.get(index)
-    if kind is None:
-        kind = cache[index] = tuple(layer_sublayers(s, index))
+    kind = cache[index] = tuple(layer_sublayers(s, index))
     return kind
 
 
