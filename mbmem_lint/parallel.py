@@ -96,11 +96,27 @@ def _worker_resolver(work: _Work) -> Resolver:
 
 
 def _run_task(index: int) -> TaskResult:
+    """One queue task; an unexpected error becomes an MBM001 finding on the task's files (a worker
+    must not end the run with a traceback)."""
+    work = _WORK
+    assert work is not None
+    try:
+        return _run_task_inner(work, index)
+    except Exception as exc:  # reported, not raised
+        from mbmem_lint.diagnostics import Location
+        from mbmem_lint.resolve.resolver import tool_diagnostic
+
+        paths = [s.path for s in work.found.yaml] if index == YAML_TASK else work.groups[index]
+        diags = [tool_diagnostic("MBM001", "internal-error", "error",
+                                 f"internal error while checking this file: {type(exc).__name__}: {exc}",
+                                 Location(p, 1, 1)) for p in paths]
+        return TaskResult(diags, [f"{p}: internal error {exc!r}" for p in paths], 0)
+
+
+def _run_task_inner(work: _Work, index: int) -> TaskResult:
     from mbmem_lint.check.engine import run_checks
     from mbmem_lint.pipeline import filter_tool_diagnostics, load_overrides
 
-    work = _WORK
-    assert work is not None
     resolver = _worker_resolver(work)
     result = resolver.result
     diags_before, failed_before, seen_before = len(result.diagnostics), len(result.failed), result.functions_seen

@@ -150,3 +150,24 @@ def test_parallel_equals_sequential_with_overrides(tmp_path: Path, monkeypatch: 
     assert any(f[1] == "bad.yaml" for f in sequential)
     assert findings("2") == sequential
     assert findings("3") == sequential
+
+
+def test_parallel_worker_error_is_a_finding_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mbmem_lint.resolve.resolver import Resolver
+
+    _tree(tmp_path, pp=2)
+
+    def broken(self: Resolver, src: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Resolver, "adopt", broken)  # inherited by the forked workers
+    monkeypatch.setenv("MBMEM_LINT_JOBS", "2")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        run = run_check(["."], Settings(root=tmp_path), ResolveOptions(), need_edits=False)
+    finally:
+        os.chdir(old)
+    internal = [d for d in run.diagnostics if d.code == "MBM001"]
+    assert sorted(d.location.path for d in internal) == ["helpers.py", "recipe.py"]
+    assert all("RuntimeError: boom" in d.message for d in internal)
