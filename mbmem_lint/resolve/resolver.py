@@ -61,6 +61,19 @@ class _Candidate:
     config_global: str | None = None
 
 
+def _imports_only(body: list[Any]) -> bool:
+    """True for a module body of imports and ``__all__ = [...]`` only (no function, no config)."""
+    for stmt in body:
+        if stmt[0] in ("import", "from"):
+            continue
+        if (stmt[0] == "assign" and all(t[0] == "n" and t[1] == "__all__" for t in stmt[1])
+                and stmt[2][1][0] in ("list", "tuple")
+                and all(x[0] == "c" for x in stmt[2][1][1])):
+            continue
+        return False
+    return True
+
+
 def tool_diagnostic(code: str, name: str, severity: str, message: str, loc: Location) -> Diagnostic:
     return Diagnostic(code=code, name=name, severity=severity, message=message, location=loc)  # type: ignore[arg-type]
 
@@ -238,6 +251,12 @@ class Resolver:
                         on_file: Callable[[str, list[ResolvedRecipe]], None] | None = None) -> None:
         """Load each module and resolve its recipe candidates."""
         for env in envs:
+            if _imports_only(env.body):
+                # A package ``__init__`` that re-exports names has no recipe of its own; running its
+                # (star) imports would lower and execute every module of the package for nothing.
+                if on_file is not None:
+                    on_file(env.display_path, [])
+                continue
             interp = self._interpreter()
             try:
                 self.project.load_module(env.name, interp)
