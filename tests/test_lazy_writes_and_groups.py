@@ -114,3 +114,26 @@ def test_safe_resolve_memo_follows_the_working_folder(tmp_path: Path) -> None:
         os.chdir(old)
     assert in_a == (tmp_path / "a" / "recipe.py").resolve()
     assert in_b == (tmp_path / "b" / "recipe.py").resolve()
+
+
+def test_import_only_package_init_is_not_executed(tmp_path: Path) -> None:
+    """Resolving a re-exporting ``__init__`` (no recipe of its own) must not lower the package."""
+    from mbmem_lint.discover.files import read_source
+    from mbmem_lint.resolve.resolver import Resolver
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('__all__ = ["big_config"]\nfrom .big import *\nimport os\n', encoding="utf-8")
+    (pkg / "big.py").write_text(TYPO_RECIPE.replace("typo_8gpu_h100_config", "big_config"), encoding="utf-8")
+    srcs = [read_source(str(pkg / "__init__.py"), "python"), read_source(str(pkg / "big.py"), "python")]
+    assert all(isinstance(s, SourceFile) for s in srcs)
+    resolver = Resolver(Settings())
+    envs = resolver.register(srcs, own={str(pkg / "__init__.py")})  # type: ignore[arg-type]
+    seen: list[tuple[str, int]] = []
+    resolver.resolve_modules(envs, lambda path, recipes: seen.append((path, len(recipes))))
+    assert seen == [(str(pkg / "__init__.py"), 0)]
+    big = resolver._modules[str(pkg / "big.py")]
+    assert not big.loaded  # never imported, never lowered
+    # The package's own module still resolves when it is linted itself.
+    resolver.resolve_modules([resolver.adopt(srcs[1])], lambda path, recipes: seen.append((path, len(recipes))))  # type: ignore[arg-type,list-item]
+    assert seen[-1] == (str(pkg / "big.py"), 1)
