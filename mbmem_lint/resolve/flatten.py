@@ -228,14 +228,19 @@ def _walk_tables(root: Obj, visit: Any, invalid_only: bool = False) -> None:
             return
         seen.add(id(obj))
         for table in (obj.slots, obj.invalid):
+            wanted = table is obj.invalid or not invalid_only
             for name, slot in table.items():
-                path = f"{prefix}.{name}" if prefix else name
-                if slot.history and (table is obj.invalid or not invalid_only):
-                    visit(path, obj, slot)
                 v = slot.value
-                if isinstance(v, Obj):
+                is_obj = isinstance(v, Obj)
+                is_dict = not is_obj and not invalid_only and isinstance(v, DictVal)
+                if not (is_obj or is_dict or (wanted and slot.history)):
+                    continue  # most slots: a plain value nobody asked for (no path string built)
+                path = f"{prefix}.{name}" if prefix else name
+                if wanted and slot.history:
+                    visit(path, obj, slot)
+                if is_obj:
                     walk(v, path, depth + 1)
-                elif isinstance(v, DictVal) and not invalid_only:
+                elif is_dict:
                     for key, ks in v.slots.items():
                         if ks.history:
                             visit(f"{path}.{key}", None, ks)
