@@ -27,7 +27,13 @@ def _capacity(ctx: RuleContext, severity: str) -> Iterator[Finding]:
         est = estimate_recipe(ctx.r)
     except (EstimateUnavailable, UnknownGpuError):  # no shape, or a GPU the catalog lacks: no capacity verdict
         return
-    for cf in capacity_findings(ctx.r, est, ctx.settings.headroom_margin, ctx.settings.memory_uncertainty):
+    # MBM701 and MBM702 read the same findings (one per severity): compute them, and their
+    # re-estimated suggestions, once per recipe.
+    key = ("_capacity_findings", ctx.settings.headroom_margin, ctx.settings.memory_uncertainty)
+    found = ctx.r.__dict__.get(key[0])
+    if found is None or found[0] != key:
+        found = ctx.r.__dict__[key[0]] = (key, capacity_findings(ctx.r, est, key[1], key[2]))
+    for cf in found[1]:
         if cf.severity != severity:
             continue
         fields = ["memory"]

@@ -22,7 +22,7 @@ from mbmem_lint.estimate.overheads import (
     fragmentation_component,
     runtime_components,
 )
-from mbmem_lint.estimate.params import layer_kind
+from mbmem_lint.estimate.params import layer_kinds
 from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
 from mbmem_lint.resolve.resolved import ResolvedRecipe
@@ -30,6 +30,7 @@ from mbmem_lint.resolve.resolved import ResolvedRecipe
 __all__ = ["estimate_recipe", "estimate_values", "EstimateUnavailable", "DEFAULT_GPU"]
 
 DEFAULT_GPU = "h100-80gb"
+_MISSING = object()
 
 ACT_FIELDS = ["model.seq_length", "train.micro_batch_size", "model.hidden_size", "model.ffn_hidden_size",
               "model.tensor_model_parallel_size", "model.sequence_parallel", "model.context_parallel_size",
@@ -50,7 +51,7 @@ def _activation_components(inp: Inputs, plan: StagePlan) -> tuple[list[Component
     # Layers of the same kind have the same terms: compute each kind once (deep models, many calls).
     by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
     for chunk in plan.chunks:
-        kinds = [layer_kind(inp.shape, i) for i in chunk]
+        kinds = layer_kinds(inp.shape, chunk)
         for kind, i in zip(kinds, chunk):
             if kind not in by_kind:
                 terms = layer_terms(inp, i)
@@ -160,12 +161,22 @@ def estimate_values(values: Mapping[str, Any] | Any, *, gpu: str | GpuSpec = DEF
 
 
 def recipe_getter(recipe: ResolvedRecipe, overrides: Mapping[str, Any] | None = None) -> Any:
+    # Values read once per recipe: an estimate reads ~60 fields, and what-if re-estimates (with
+    # ``overrides``) read them again.
+    values: dict[str, Any] = recipe.__dict__.setdefault("_estimate_values", {})
+
+    def get_value(path: str) -> Any:
+        v = values.get(path, _MISSING)
+        if v is _MISSING:
+            v = values[path] = recipe.get(path)
+        return v
+
     if not overrides:
-        return recipe.get
+        return get_value
     ov = dict(overrides)
 
     def get(path: str) -> Any:
-        return ov[path] if path in ov else recipe.get(path)
+        return ov[path] if path in ov else get_value(path)
 
     return get
 

@@ -6,7 +6,7 @@ from mbmem_lint.estimate.inputs import Inputs
 from mbmem_lint.estimate.params import (
     Params,
     embedding_params,
-    layer_kind,
+    layer_kinds,
     layer_params,
     lora_params,
     norm_params,
@@ -31,9 +31,10 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
     adapters = Params()
     # Layers of one kind have the same parameters: count the kinds, compute each once. (Counts
     # are integers, so the products equal the layer-by-layer sums exactly.)
-    counts: dict[tuple[object, ...], list[int]] = {}  # kind -> [first layer index, count]
-    for i in layers:
-        kind = (i >= s.num_layers, *layer_kind(s, i))  # MTP layers add their projection
+    counts: dict[tuple[bool, tuple[str, ...]], list[int]] = {}  # kind -> [first layer index, count]
+    nl = s.num_layers
+    for i, sub in zip(layers, layer_kinds(s, layers)):
+        kind = (i >= nl, sub)  # MTP layers add their projection
         hit = counts.get(kind)
         if hit is None:
             counts[kind] = [i, 1]

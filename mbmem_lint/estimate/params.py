@@ -113,15 +113,17 @@ def layer_sublayers(s: Shape, index: int) -> list[str]:
     return [attn, "moe" if is_moe else "mlp"]
 
 
-def layer_kind(s: Shape, index: int) -> tuple[str, ...]:
-    """:func:`layer_sublayers` as a tuple, memoised on the shape (estimates ask per layer, per stage)."""
-    try:
-        return s.__dict__["_layer_kinds"][index]
-    except KeyError:
-        pass
-    cache: dict[int, tuple[str, ...]] = s.__dict__.setdefault("_layer_kinds", {})
-    kind = cache[index] = tuple(layer_sublayers(s, index))
-    return kind
+def layer_kinds(s: Shape, indices: list[int]) -> list[tuple[str, ...]]:
+    """:func:`layer_sublayers` of each of ``indices`` as tuples, from a table built once per shape
+    (estimates ask per layer, per stage, per what-if)."""
+    if not indices:
+        return []
+    table: list[tuple[str, ...]] = s.__dict__.get("_layer_kinds", [])
+    top = max(indices)
+    if len(table) <= top:
+        count = max(top + 1, s.num_layers + s.mtp_layers)  # every layer of the model at once
+        table = s.__dict__["_layer_kinds"] = [tuple(layer_sublayers(s, i)) for i in range(count)]
+    return [table[i] for i in indices]
 
 
 SUBLAYER_PARAMS = {"attn": attention, "mla": mla, "mlp": dense_mlp, "moe": moe, "mamba": mamba}
