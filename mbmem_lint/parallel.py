@@ -90,6 +90,9 @@ _RESOLVER: Resolver | None = None  # one per worker process, created by its firs
 def _worker_resolver(work: _Work) -> Resolver:
     global _RESOLVER
     if _RESOLVER is None:
+        # No automatic collections inside a task (a worker lives for one run); the cycles a task
+        # leaves are collected between tasks (see _run_task), so memory stays bounded by one task.
+        gc.disable()
         _RESOLVER = Resolver(work.settings, work.options)
         _RESOLVER.register(work.found.python, own=set())
     return _RESOLVER
@@ -114,6 +117,13 @@ def _run_task(index: int) -> TaskResult:
 
 
 def _run_task_inner(work: _Work, index: int) -> TaskResult:
+    try:
+        return _task(work, index)
+    finally:
+        gc.collect(1)
+
+
+def _task(work: _Work, index: int) -> TaskResult:
     from mbmem_lint.check.engine import run_checks
     from mbmem_lint.pipeline import filter_tool_diagnostics, load_overrides
 
