@@ -66,29 +66,58 @@ class FieldMap(Mapping[str, ResolvedField]):
     def __init__(self, root: Obj) -> None:
         self.root = root
         self._cache: dict[str, ResolvedField | None] = {}
+        self._holders: dict[str, tuple[Any, list[str] | None]] = {}
         self._explicit: dict[str, ResolvedField] | None = None
         self._objects: dict[str, Obj] | None = None
 
     # -- lookups ------------------------------------------------------------------------------
-    def _lookup(self, path: str) -> ResolvedField | None:
+    def _holder(self, prefix: str) -> tuple[Any, list[str] | None]:
+        """(value at ``prefix``, None) — or (object, remaining parts) when an attribute on the way
+        was never set (its default factory may still know the field) — or (None, None); memoised:
+        rules read many fields of the same few sections."""
+        hit = self._holders.get(prefix)
+        if hit is not None:
+            return hit
         cur: Any = self.root
-        parts = path.split(".")
-        last = len(parts) - 1
+        parts = prefix.split(".")
+        found: tuple[Any, list[str] | None] = (None, None)
         for i, part in enumerate(parts):
             if isinstance(cur, Obj):
                 slot = cur.slots.get(part) or cur.invalid.get(part)
                 if slot is None:
-                    return _default_field(cur, part) if i == last else self._default_chain(cur, parts[i:])
+                    found = (cur, parts[i:])
+                    break
             elif isinstance(cur, DictVal):
                 slot = cur.slots.get(part)
                 if slot is None:
-                    return None
+                    break
             else:
-                return None
-            if i == last:
-                return _field(slot.value, slot.prov)
+                break
             cur = slot.value
-        return None
+        else:
+            found = (cur, None)
+        self._holders[prefix] = found
+        return found
+
+    def _lookup(self, path: str) -> ResolvedField | None:
+        prefix, _, name = path.rpartition(".")
+        if prefix:
+            cur, rest = self._holder(prefix)
+            if rest is not None:
+                return self._default_chain(cur, [*rest, name])
+        else:
+            cur = self.root
+        if isinstance(cur, Obj):
+            slot = cur.slots.get(name) or cur.invalid.get(name)
+            if slot is None:
+                return _default_field(cur, name)
+        elif isinstance(cur, DictVal):
+            slot = cur.slots.get(name)
+            if slot is None:
+                return None
+        else:
+            return None
+        return _field(slot.value, slot.prov)
 
     def _default_chain(self, obj: Obj, rest: list[str]) -> ResolvedField | None:
         """A path through a default factory that nothing materialised (``dataset.x.y``)."""
