@@ -39,16 +39,18 @@ def affinity_key(rel: tuple[str, ...]) -> str:
 
 
 def plan_groups(sources: list[SourceFile], jobs: int) -> list[list[str]]:
-    """File groups for the queue, largest (by bytes) first. A group larger than a fair share of one
-    worker is split (in path order), so one big family cannot leave the other workers idle."""
+    """File groups for the queue, largest (by bytes) first. A group above half of one worker's share
+    is split (in path order), so one big family cannot leave the other workers idle."""
     if not sources:
         return []
     paths = [s.path for s in sources]
-    root = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname(paths[0])
+    # Absolute paths: the command line may mix relative and absolute ones.
+    absolute = {p: os.path.abspath(p) for p in paths}
+    root = os.path.commonpath(list(absolute.values())) if len(paths) > 1 else os.path.dirname(absolute[paths[0]])
     size = {s.path: len(s.text) for s in sources}
     by_key: dict[str, list[str]] = {}
     for p in sorted(paths):
-        by_key.setdefault(affinity_key(PurePath(os.path.relpath(p, root)).parts), []).append(p)
+        by_key.setdefault(affinity_key(PurePath(os.path.relpath(absolute[p], root)).parts), []).append(p)
     total = sum(size.values())
     limit = max(1, total // (2 * jobs))
     groups: list[list[str]] = []

@@ -137,3 +137,14 @@ def test_import_only_package_init_is_not_executed(tmp_path: Path) -> None:
     # The package's own module still resolves when it is linted itself.
     resolver.resolve_modules([resolver.adopt(srcs[1])], lambda path, recipes: seen.append((path, len(recipes))))  # type: ignore[arg-type,list-item]
     assert seen[-1] == (str(pkg / "big.py"), 1)
+
+
+def test_groups_accept_relative_and_absolute_paths_together(tmp_path: Path) -> None:
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        files = [_src("recipes/llama/llama3.py", 10), _src(str(tmp_path / "perf_recipes/llama/h100/llama3.py"), 10)]
+        groups = plan_groups(files, jobs=2)
+    finally:
+        os.chdir(old)
+    assert sorted(p for g in groups for p in g) == sorted(f.path for f in files)
