@@ -53,10 +53,10 @@ class Pack(Mapping[str, Any]):
         try:
             size = int(data[len(MAGIC):nl])
             header = json.loads(data[nl + 1:nl + 1 + size])
-        except ValueError as exc:
-            raise PackError(f"damaged data pack header: {exc}") from exc
-        self.meta: Any = header["meta"]
-        self._index: dict[str, list[int]] = header["index"]
+            self.meta: Any = header["meta"]
+            self._index: dict[str, list[int]] = dict(header["index"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PackError(f"damaged data pack header: {exc!r}") from exc
         self._data = data
         self._base = nl + 1 + size
         self._decoded: dict[str, Any] = {}

@@ -28,7 +28,8 @@ def test_bytes_are_deterministic() -> None:
     assert a == b  # sorted names and keys, fixed compression level
 
 
-@pytest.mark.parametrize("data", [b"", b"PK\x03\x04 not a pack", MAGIC + b"12\n{not json}", MAGIC + b"x\n{}"])
+@pytest.mark.parametrize("data", [b"", b"PK\x03\x04 not a pack", MAGIC + b"12\n{not json}", MAGIC + b"x\n{}",
+                                  MAGIC + b"2\n{}", MAGIC + b"9\n[1, 2, 3]"])
 def test_damaged_pack_is_rejected(data: bytes) -> None:
     with pytest.raises(PackError):
         Pack(data)
