@@ -129,6 +129,7 @@ class Case:
     cwd: str
     runs: list[Run] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sampled_tree_rss_mb: float = 0.0  # from a separate, untimed run with the RSS sampler on
 
     @property
     def walls(self) -> list[float]:
@@ -142,7 +143,7 @@ class Case:
             "median_s": statistics.median(w), "min_s": min(w), "max_s": max(w),
             "spread_s": max(w) - min(w), "cpu_median_s": statistics.median(r.cpu_s for r in self.runs),
             "maxrss_mb": max(r.maxrss_mb for r in self.runs),
-            "tree_rss_mb": max(r.tree_rss_mb for r in self.runs), "n": len(w),
+            "tree_rss_mb": max([r.tree_rss_mb for r in self.runs] + [self.sampled_tree_rss_mb]), "n": len(w),
         }
 
 
@@ -151,13 +152,15 @@ CHILD_ENV: dict[str, str] | None = None
 
 def bench(case: Case, n: int, ok_rc: set[int], sample_tree: bool = False, check=None, before=None,
           env: dict[str, str] | None = None, warmup: bool = False) -> Case:
-    """Run ``case`` ``n`` times (plus one untimed warm-up of the file cache when ``warmup``)."""
+    """Run ``case`` ``n`` times (plus one untimed warm-up of the file cache when ``warmup``). With
+    ``sample_tree``, the process-tree RSS comes from one more, untimed run: the sampler thread would
+    otherwise compete for the cores with the runs it times."""
     total = n + (1 if warmup else 0)
     target = len(case.runs) + n
     for i in range(total):
         if before:
             before()
-        run, out, err = run_once(case.cmd, Path(case.cwd), sample_tree=sample_tree, env=env or CHILD_ENV)
+        run, out, err = run_once(case.cmd, Path(case.cwd), sample_tree=False, env=env or CHILD_ENV)
         if run.rc not in ok_rc:
             raise SystemExit(f"{case.label}: exit code {run.rc} (expected {sorted(ok_rc)})\n{err[-3000:]}")
         if check and i == 0:
@@ -168,8 +171,15 @@ def bench(case: Case, n: int, ok_rc: set[int], sample_tree: bool = False, check=
             continue
         case.runs.append(run)
         print(f"  {case.label:<44} run {len(case.runs)}/{target}: {run.wall_s:7.3f} s  cpu {run.cpu_s:7.2f} s  "
-              f"rss {run.maxrss_mb:6.0f} MB" + (f"  tree {run.tree_rss_mb:6.0f} MB" if sample_tree else ""),
-              flush=True)
+              f"rss {run.maxrss_mb:6.0f} MB", flush=True)
+    if sample_tree and n > 0:
+        if before:
+            before()
+        sampled, _, err = run_once(case.cmd, Path(case.cwd), sample_tree=True, env=env or CHILD_ENV)
+        if sampled.rc not in ok_rc:
+            raise SystemExit(f"{case.label}: exit code {sampled.rc} (expected {sorted(ok_rc)})\n{err[-3000:]}")
+        case.sampled_tree_rss_mb = max(case.sampled_tree_rss_mb, sampled.tree_rss_mb)
+        print(f"  {case.label:<44} (untimed run, RSS tree sampled): {sampled.tree_rss_mb:6.0f} MB", flush=True)
     return case
 
 
@@ -464,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "lines": lines},
                "runs": {"default": n, "fixit": fixit_n, "scale": scale_n, "cache": cache_n},
                "cases": {k: {"label": c.label, "cmd": c.cmd, "cwd": c.cwd, "notes": c.notes, **c.stat(),
-                             "runs": [asdict(r) for r in c.runs]} for k, c in cases.items()},
+                             "runs": [asdict(r) for r in c.runs],
+                             "sampled_tree_rss_mb": c.sampled_tree_rss_mb} for k, c in cases.items()},
                "scaling": scaling}
     table = render(results, cases, scaling, bridge, work)
     print()
@@ -484,7 +495,8 @@ def rerender(path: Path, output: str) -> int:
     results = json.loads(path.read_text())
     cases = {}
     for key, c in results["cases"].items():
-        case = Case(key, c["label"], c["cmd"], c["cwd"], [Run(**r) for r in c["runs"]], list(c["notes"]))
+        case = Case(key, c["label"], c["cmd"], c["cwd"], [Run(**r) for r in c["runs"]], list(c["notes"]),
+                    float(c.get("sampled_tree_rss_mb", 0.0)))
         cases[key] = case
     table = render(results, cases, results["scaling"], Path(results["corpus"]["path"]),
                    Path(results["cases"]["python"]["cwd"]))
@@ -555,7 +567,8 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
     L += ["## Results", "",
           "Wall time in seconds. *spread* = max − min. *CPU* = user+sys of the process and every child it "
           "waited for (median). *RSS max* = largest single process (`wait4` rusage); *RSS tree* = peak of "
-          "the summed RSS of the whole process tree, sampled every 50 ms (only for the multi-file cases).", "",
+          "the summed RSS of the whole process tree, sampled every 50 ms in one extra untimed run (only for the "
+          "multi-file cases; the sampler would otherwise compete for the cores with the timed runs).", "",
           "| case | median | min | spread | CPU | RSS max (MB) | RSS tree (MB) | runs |",
           "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for k, cse in cases.items():
