@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mbmem_lint.pipeline import run_check
+from mbmem_lint.pipeline import CheckRun, run_check
 from mbmem_lint.resolve.resolver import ResolveOptions
 from mbmem_lint.settings import Settings
 
@@ -36,13 +36,18 @@ def _tree(root: Path, pp: int) -> None:
     (root / "recipe.py").write_text(RECIPE, encoding="utf-8")
 
 
-def _codes(root: Path, settings: Settings) -> list[str]:
+def _check_in(root: Path, paths: list[str], settings: Settings, *, need_edits: bool = False) -> CheckRun:
+    """``run_check`` from ``root`` as working folder (paths in findings are as given)."""
     old = os.getcwd()
     os.chdir(root)
     try:
-        run = run_check(["recipe.py"], settings, ResolveOptions(), need_edits=False)
+        return run_check(paths, settings, ResolveOptions(), need_edits=need_edits)
     finally:
         os.chdir(old)
+
+
+def _codes(root: Path, settings: Settings) -> list[str]:
+    run = _check_in(root, ["recipe.py"], settings)
     return sorted(d.code for d in run.diagnostics if d.location.path in ("recipe.py", "helpers.py"))
 
 
@@ -105,12 +110,7 @@ def test_results_cache_keeps_fix_edits(tmp_path: Path, monkeypatch: pytest.Monke
     settings = Settings(root=tmp_path, cache=True)
 
     def fixes() -> list[tuple[str, list[tuple[str, int, int, str]]]]:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        try:
-            run = run_check(["recipe.py"], settings, ResolveOptions(), need_edits=True)
-        finally:
-            os.chdir(old)
+        run = _check_in(tmp_path, ["recipe.py"], settings, need_edits=True)
         return [(d.code, [(e.path, e.start, e.end, e.replacement) for e in d.fix.edits])
                 for d in run.diagnostics if d.fix is not None]
 
@@ -134,12 +134,7 @@ def test_parallel_equals_sequential_with_overrides(tmp_path: Path, monkeypatch: 
 
     def findings(jobs: str) -> list[tuple[object, ...]]:
         monkeypatch.setenv("MBMEM_LINT_JOBS", jobs)
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        try:
-            run = run_check(["."], Settings(root=tmp_path), ResolveOptions(), need_edits=True)
-        finally:
-            os.chdir(old)
+        run = _check_in(tmp_path, ["."], Settings(root=tmp_path), need_edits=True)
         return [(d.code, d.location.path, d.location.line, d.message, d.function,
                  [(e.path, e.start, e.end, e.replacement) for e in (d.fix.edits if d.fix else [])])
                 for d in run.diagnostics]
@@ -162,12 +157,7 @@ def test_parallel_worker_error_is_a_finding_not_a_traceback(tmp_path: Path, monk
 
     monkeypatch.setattr(Resolver, "adopt", broken)  # inherited by the forked workers
     monkeypatch.setenv("MBMEM_LINT_JOBS", "2")
-    old = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        run = run_check(["."], Settings(root=tmp_path), ResolveOptions(), need_edits=False)
-    finally:
-        os.chdir(old)
+    run = _check_in(tmp_path, ["."], Settings(root=tmp_path))
     internal = [d for d in run.diagnostics if d.code == "MBM001"]
     assert sorted(d.location.path for d in internal) == ["helpers.py", "recipe.py"]
     assert all("RuntimeError: boom" in d.message for d in internal)
