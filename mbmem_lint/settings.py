@@ -131,14 +131,22 @@ class Settings:
 
 
 def path_matches(rel_path: str, pattern: str) -> bool:
-    """Glob match where ``**`` spans folders and a bare name matches at any depth."""
-    if fnmatch.fnmatchcase(rel_path, pattern):
-        return True
-    if pattern.startswith("**/") and fnmatch.fnmatchcase(rel_path, pattern[3:]):
+    """Glob match where ``**/`` spans zero or more folders (``recipes/**/*.py`` matches
+    ``recipes/a.py`` and ``recipes/x/y/a.py``), ``dir/**`` everything below ``dir``, and a bare
+    name matches at any depth."""
+    if any(fnmatch.fnmatchcase(rel_path, p) for p in _zero_or_more_dirs(pattern)):
         return True
     if "/" not in pattern and fnmatch.fnmatchcase(rel_path.rsplit("/", 1)[-1], pattern):
         return True
     return pattern.endswith("/**") and (rel_path + "/").startswith(pattern[:-2])
+
+
+def _zero_or_more_dirs(pattern: str) -> list[str]:
+    """``pattern`` with each ``**/`` kept (``*`` of fnmatch crosses folders) or dropped (no folder)."""
+    head, sep, tail = pattern.partition("**/")
+    if not sep:
+        return [pattern]
+    return [head + v for rest in _zero_or_more_dirs(tail) for v in (sep + rest, rest)]
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mbmem_lint.diagnostics import Diagnostic, Location
-from mbmem_lint.settings import Settings, path_matches
+from mbmem_lint.settings import Settings, path_matches, safe_resolve
 from mbmem_lint.sources import SourceFile, SourceKind
 
 PYTHON_SUFFIXES = (".py",)
@@ -72,16 +72,17 @@ def read_source(path: str, kind: SourceKind) -> SourceFile | Diagnostic:
     return SourceFile(path, text, kind, st.st_mtime_ns)
 
 
+def _skipped_by_settings(path: Path, settings: Settings) -> bool:
+    """Excluded, or not included, by the ``exclude``/``include`` patterns (one path resolution)."""
+    rel = settings.relative(path)
+    if any(path_matches(rel, pat) for pat in settings.exclude):
+        return True
+    return bool(settings.include) and not any(path_matches(rel, pat) for pat in settings.include)
+
+
 def _excluded(path: Path, settings: Settings) -> bool:
     rel = settings.relative(path)
     return any(path_matches(rel, pat) for pat in settings.exclude)
-
-
-def _included(path: Path, settings: Settings) -> bool:
-    if not settings.include:
-        return True
-    rel = settings.relative(path)
-    return any(path_matches(rel, pat) for pat in settings.include)
 
 
 def discover(paths: list[str], settings: Settings) -> Discovered:
@@ -100,7 +101,7 @@ def discover(paths: list[str], settings: Settings) -> Discovered:
                     kind = _kind(fp)
                     if kind is None or fp.is_symlink() and not fp.exists():
                         continue
-                    if _excluded(fp, settings) or not _included(fp, settings):
+                    if (settings.exclude or settings.include) and _skipped_by_settings(fp, settings):
                         continue
                     files.append((fp.as_posix() if given != "." else fp.as_posix().removeprefix("./"), kind, False))
         else:
@@ -109,7 +110,7 @@ def discover(paths: list[str], settings: Settings) -> Discovered:
                 continue
             files.append((given, kind, True))
     for path, kind, explicit in files:
-        key = os.path.realpath(path)
+        key = str(safe_resolve(path))  # memoised: the resolver asks for the same paths again
         if key in seen:
             continue
         seen.add(key)
