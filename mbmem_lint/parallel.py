@@ -102,11 +102,11 @@ def _worker_resolver(work: _Work) -> Resolver:
 
 def _run_task(index: int) -> TaskResult:
     """One queue task; an unexpected error becomes an MBM001 finding on the task's files (a worker
-    must not end the run with a traceback)."""
+    must not end the run with a traceback). Cycles the task left are collected after it."""
     work = _WORK
     assert work is not None
     try:
-        return _run_task_inner(work, index)
+        return _task(work, index)
     except Exception as exc:  # reported, not raised
         from mbmem_lint.diagnostics import Location
         from mbmem_lint.resolve.resolver import tool_diagnostic
@@ -116,11 +116,6 @@ def _run_task(index: int) -> TaskResult:
                                  f"internal error while checking this file: {type(exc).__name__}: {exc}",
                                  Location(p, 1, 1)) for p in paths]
         return TaskResult(diags, [f"{p}: internal error {exc!r}" for p in paths], 0)
-
-
-def _run_task_inner(work: _Work, index: int) -> TaskResult:
-    try:
-        return _task(work, index)
     finally:
         gc.collect(1)
 
@@ -132,7 +127,7 @@ def _task(work: _Work, index: int) -> TaskResult:
     resolver = _worker_resolver(work)
     result = resolver.result
     diags_before, failed_before, seen_before = len(result.diagnostics), len(result.failed), result.functions_seen
-    sources: dict[str, SourceFile] = {s.path: s for s in work.found.python + work.found.yaml}
+    sources = work.found.sources
     findings: list[Diagnostic] = []
     if index == YAML_TASK:
         overrides, override_diags = load_overrides(work.found)
@@ -141,8 +136,7 @@ def _task(work: _Work, index: int) -> TaskResult:
         findings += run_checks(result.recipes, overrides, work.settings, sources)
         result.recipes.clear()
     else:
-        by_path = {s.path: s for s in work.found.python}
-        envs = [env for env in (resolver.adopt(by_path[p]) for p in work.groups[index]) if env is not None]
+        envs = [env for env in (resolver.adopt(sources[p]) for p in work.groups[index]) if env is not None]
 
         def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
             findings.extend(run_checks(recipes, [], work.settings, sources))

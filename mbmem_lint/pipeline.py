@@ -114,10 +114,8 @@ def _checker(settings: Settings, found: Discovered, out: list[Diagnostic]) -> An
     """Check each file's recipes as soon as they are resolved, then let them go."""
     from mbmem_lint.check.engine import run_checks
 
-    sources = {s.path: s for s in found.python + found.yaml}
-
     def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
-        out.extend(run_checks(recipes, [], settings, sources))
+        out.extend(run_checks(recipes, [], settings, found.sources))
 
     return on_file
 
@@ -141,13 +139,12 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
         else:
             cached.extend(hit)
     resolver_holder: list[Resolver] = []
-    sources = {s.path: s for s in found.python + found.yaml}
     per_file: dict[str, tuple[list[Diagnostic], set[str]]] = {}
 
     def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
         # Imports run while the file's recipes resolve, so its dependencies are complete here.
         deps = resolver_holder[0].project.dependencies(path)
-        per_file[path] = (run_checks(recipes, [], settings, sources), deps)
+        per_file[path] = (run_checks(recipes, [], settings, found.sources), deps)
 
     run = _resolve_found(found, settings, options, own=stale, resolver_out=resolver_holder, on_file=on_file)
     tool = filter_tool_diagnostics(run.diagnostics, settings)
@@ -193,9 +190,7 @@ def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveO
     """Check on ``jobs`` forked workers (:mod:`mbmem_lint.parallel`); findings come back, de-duplicated."""
     from mbmem_lint.parallel import run_parallel
 
-    run = CheckRun()
-    for src in found.python + found.yaml:
-        run.sources[src.path] = src
+    run = CheckRun(sources=dict(found.sources))
     everything = filter_tool_diagnostics(list(found.diagnostics), settings)
     for part in run_parallel(found, settings, options, jobs, need_edits):
         run.failed.extend(part.failed)
@@ -209,10 +204,8 @@ def _resolve_found(found: Discovered, settings: Settings, options: ResolveOption
                    own: set[str] | None = None,
                    resolver_out: list[Resolver] | None = None,
                    on_file: Any = None) -> CheckRun:
-    run = CheckRun()
+    run = CheckRun(sources=dict(found.sources))
     run.diagnostics.extend(found.diagnostics)
-    for src in found.python + found.yaml:
-        run.sources[src.path] = src
     overrides, diags = load_overrides(found)
     run.diagnostics.extend(diags)
     resolver = Resolver(settings, options)

@@ -29,11 +29,11 @@ def _capacity(ctx: RuleContext, severity: str) -> Iterator[Finding]:
         return
     # MBM701 and MBM702 read the same findings (one per severity): compute them, and their
     # re-estimated suggestions, once per recipe.
-    key = ("_capacity_findings", ctx.settings.headroom_margin, ctx.settings.memory_uncertainty)
-    found = ctx.r.__dict__.get(key[0])
-    if found is None or found[0] != key:
-        found = ctx.r.__dict__[key[0]] = (key, capacity_findings(ctx.r, est, key[1], key[2]))
-    for cf in found[1]:
+    margin, uncertainty = ctx.settings.headroom_margin, ctx.settings.memory_uncertainty
+    memo: dict[tuple[float, float], Any] = ctx.r.__dict__.setdefault("_capacity_findings", {})
+    if (margin, uncertainty) not in memo:
+        memo[margin, uncertainty] = capacity_findings(ctx.r, est, margin, uncertainty)
+    for cf in memo[margin, uncertainty]:
         if cf.severity != severity:
             continue
         fields = ["memory"]

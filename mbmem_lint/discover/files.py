@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from mbmem_lint.diagnostics import Diagnostic, Location
@@ -36,6 +37,11 @@ class Discovered:
     yaml: list[SourceFile] = field(default_factory=list)
     explicit_yaml: set[str] = field(default_factory=set)  # YAML files named directly (always overrides)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @cached_property
+    def sources(self) -> dict[str, SourceFile]:
+        """Every discovered file by path (rules, fixes and reports look sources up by path)."""
+        return {s.path: s for s in self.python + self.yaml}
 
 
 def _kind(path: Path) -> SourceKind | None:

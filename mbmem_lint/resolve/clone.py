@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.resolve.resolved import PLAIN_TYPES
 from mbmem_lint.resolve.values import DictVal, Obj, Prov, Slot, WriteRec
 
 Remap = dict[int, Location]
-
-_PLAIN = frozenset({bool, int, float, str, type(None)})
 
 
 def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = None) -> Any:
@@ -62,7 +61,7 @@ def _prov(p: Prov, remap: Remap | None) -> Prov:
 
 def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | None) -> dict[str, Slot]:
     out: dict[str, Slot] = {}
-    plain = _PLAIN
+    plain = PLAIN_TYPES
     if remap is None:
         # History records are immutable and only ever read: share them.
         for name, s in table.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mbmem_lint.resolve.resolved import ResolvedField, Unknown, Write
+from mbmem_lint.resolve.resolved import PLAIN_TYPES, ResolvedField, Unknown, Write
 from mbmem_lint.resolve.values import (
     BoundMethod,
     DictVal,
@@ -233,7 +233,6 @@ def _default_field(obj: Obj, name: str) -> ResolvedField | None:
     return ResolvedField(value, "default", p.loc, p.anchor, value.reason if isinstance(value, Unknown) else "")
 
 
-_PLAIN = frozenset({bool, int, float, str, type(None)})  # to_json returns these as they are
 _NOT_WRITTEN = frozenset({"default", "model-table"})
 
 
@@ -244,7 +243,8 @@ def _writes_of(path: str, owner: Obj | None, history: Any, out: list[Write]) -> 
         if p.origin in _NOT_WRITTEN:
             continue  # not assignments anyone wrote: the fields map keeps their values
         v = rec.value
-        out.append(Write(path, v if type(v) in _PLAIN else to_json(v), p.origin, p.loc, p.anchor, rec.valid,
+        # to_json returns plain values as they are: skip the call.
+        out.append(Write(path, v if type(v) in PLAIN_TYPES else to_json(v), p.origin, p.loc, p.anchor, rec.valid,
                          cls, p.target_text, p.stmt, p.function, p.seq))
 
 

@@ -57,12 +57,13 @@ class Unknown:
 UNKNOWN = Unknown()
 
 
-_PLAIN_TYPES = frozenset({bool, int, float, str, type(None)})
+# Types of plain JSON scalars: known, immutable, copied and converted as they are.
+PLAIN_TYPES = frozenset({bool, int, float, str, type(None)})
 
 
 def is_known(value: Any) -> bool:
     """True when ``value`` (and everything inside a list/dict) is known."""
-    if type(value) in _PLAIN_TYPES:  # the common case, without the isinstance chain
+    if type(value) in PLAIN_TYPES:  # the common case, without the isinstance chain
         return True
     if isinstance(value, Unknown):
         return False
