@@ -6,7 +6,6 @@ The CLI is a thin layer over :func:`run_check`; tests use :func:`lint_source`.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,6 +252,8 @@ def lint_source_run(
     world_size: int | None = None,
 ) -> CheckRun:
     settings = settings or Settings()
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="mbmem-") as tmp:
         old = os.getcwd()
         os.chdir(tmp)

@@ -44,11 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 
 def safe_resolve(path: str | Path) -> Path:
     """``Path.resolve()`` that survives symlink loops and unreadable folders (absolute path instead).
@@ -230,6 +225,10 @@ def load_settings(start: Path | None = None) -> Settings:
     pyproject = find_pyproject(start or Path(os.getcwd()))
     if pyproject is None:
         return Settings()
+    if sys.version_info >= (3, 11):
+        import tomllib  # only when there is a pyproject.toml to read
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import textwrap
 
 from mbmem_lint.check.rule import FAMILIES, Rule
 
@@ -110,6 +109,8 @@ def list_rules_text(width: int = 100) -> str:
         "docs/rules/ has every page.",
         "",
     ]
+    import textwrap  # listing rules only; not on the check path
+
     family = None
     for r in rules:
         if r.family != family:
@@ -162,4 +163,6 @@ def family_titles() -> dict[str, str]:
 
 
 def wrap(text: str, width: int = 100) -> str:
+    import textwrap
+
     return "\n".join(textwrap.wrap(text, width))

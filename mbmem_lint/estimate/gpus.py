@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
+
+from mbmem_lint.data import data_file
 
 
 class UnknownGpuError(ValueError):
@@ -35,7 +36,7 @@ class GpuSpec:
 @lru_cache(maxsize=1)
 def _catalog() -> tuple[dict[str, GpuSpec], dict[str, str]]:
     raw: dict[str, Any] = json.loads(
-        resources.files("mbmem_lint.data").joinpath("gpus.json").read_text(encoding="utf-8")
+        data_file("gpus.json").read_text(encoding="utf-8")
     )
     families = {
         fam: {k: Overhead(float(v["value"]), str(v["source"])) for k, v in consts.items()}

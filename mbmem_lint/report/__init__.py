@@ -10,13 +10,24 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mbmem_lint.diagnostics import Diagnostic
-from mbmem_lint.report.common import Summary, summarize, summary_sentence
-from mbmem_lint.report.github import render_github, write_step_summary
-from mbmem_lint.report.json_format import build_json, render_json
-from mbmem_lint.report.markdown import render_markdown, summary_markdown
-from mbmem_lint.report.sarif import build_sarif, render_sarif
-from mbmem_lint.report.text import render_text, use_color
 from mbmem_lint.sources import Sources
+
+# Format modules load on first use: a pre-commit run renders one format (import cost is start-up).
+_LAZY = {
+    "Summary": "common", "summarize": "common", "summary_sentence": "common",
+    "write_step_summary": "github", "build_json": "json_format", "summary_markdown": "markdown",
+    "build_sarif": "sarif", "use_color": "text",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 FORMATS: tuple[str, ...] = ("text", "json", "github", "sarif", "markdown")
 
@@ -67,17 +78,27 @@ def render(
     diags = list(diagnostics)
     env = os.environ if env is None else env
     if fmt == "text":
+        from mbmem_lint.report.text import render_text
+
         render_text(diags, stream, sources=sources, color=color, env=env)
     elif fmt == "json":
+        from mbmem_lint.report.json_format import render_json
+
         render_json(diags, stream)
     elif fmt == "github":
+        from mbmem_lint.report.github import render_github, write_step_summary
+
         render_github(diags, stream)
         summary_path = env.get("GITHUB_STEP_SUMMARY")
         if summary_path:
             write_step_summary(summary_path, diags, estimates)
     elif fmt == "sarif":
+        from mbmem_lint.report.sarif import render_sarif
+
         render_sarif(diags, stream, rules=rules, sources=sources, root=root)
     elif fmt == "markdown":
+        from mbmem_lint.report.markdown import render_markdown
+
         render_markdown(diags, stream, estimates=estimates)
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

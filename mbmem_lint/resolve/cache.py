@@ -6,10 +6,8 @@ delete. Entries are JSON (data only: nothing in the cache is ever executed).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,8 @@ class IRCache:
 
     @staticmethod
     def key(text: str) -> str:
+        import hashlib  # the cache is optional: not on the default start-up path
+
         h = hashlib.sha256()
         h.update(f"mbmem-lint {__version__} ir {IR_FORMAT}\0".encode())
         h.update(text.encode("utf-8", "surrogatepass"))
@@ -48,6 +48,8 @@ class IRCache:
         folder = self.folder / key[:2]
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            import tempfile
+
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(body, fh, separators=(",", ":"))

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mbmem_lint.data import data_file
 from mbmem_lint.resolve.schema import Schema
 
 GPT_PROVIDER = "megatron.bridge.models.gpt_provider.GPTModelProvider"
@@ -564,7 +564,7 @@ def generate_models(schema: Schema | None = None) -> dict[str, Any]:
 
 
 def _read_bundled() -> dict[str, Any]:
-    res = resources.files("mbmem_lint.data").joinpath(MODELS_FILE)
+    res = data_file(MODELS_FILE)
     if not res.is_file():
         raise ModelTableError("mbmem_lint/data/models.json is missing; run `mbmem-lint dev regenerate`")
     data: dict[str, Any] = json.loads(res.read_text(encoding="utf-8"))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mbmem_lint.data import data_file
 from mbmem_lint.parse.python import PythonParseError, lower_module
 
 LIBRARY_FILE = "library.pack"
@@ -47,7 +47,7 @@ class LibrarySummary:
     def load(cls) -> LibrarySummary:
         from mbmem_lint.data_pack import Pack
 
-        res = resources.files("mbmem_lint.data").joinpath(LIBRARY_FILE)
+        res = data_file(LIBRARY_FILE)
         if not res.is_file():
             return cls({}, {})
         pack = Pack(res.read_bytes())

@@ -9,13 +9,13 @@ Default encodings (``FieldSchema.default``): ``{"value": literal}``, ``{"symbol"
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
+
+from mbmem_lint.data import data_file
 
 SCHEMA_FILE = "schema.pack"
 CONFIG_CONTAINER = "megatron.bridge.training.config.ConfigContainer"
@@ -67,7 +67,7 @@ class ClassSchema:
 def _read_packaged() -> dict[str, Any]:
     from mbmem_lint.data_pack import Pack
 
-    res = resources.files("mbmem_lint.data").joinpath(SCHEMA_FILE)
+    res = data_file(SCHEMA_FILE)
     if not res.is_file():
         raise FileNotFoundError(
             f"mbmem_lint/data/{SCHEMA_FILE} is missing; run `mbmem-lint dev regenerate` to build it")
@@ -248,7 +248,9 @@ class Schema:
         key = (qualname, name, n)
         hit = self._closest.get(key)
         if hit is None:
+            from difflib import get_close_matches  # only on a typo: keeps start-up lean
+
             cls = self.classes.get(qualname)
-            hit = [] if cls is None else difflib.get_close_matches(name, sorted(cls.fields), n=n, cutoff=0.6)
+            hit = [] if cls is None else get_close_matches(name, sorted(cls.fields), n=n, cutoff=0.6)
             self._closest[key] = hit
         return list(hit)
