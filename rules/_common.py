@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import textwrap
 from typing import Any
 
@@ -52,6 +51,8 @@ def py_str(value: str) -> str:
 
 
 def closest(name: str, candidates: list[str] | tuple[str, ...] | set[str], n: int = 1) -> list[str]:
+    import difflib  # only when a name is wrong
+
     return difflib.get_close_matches(name, sorted(candidates), n=n, cutoff=0.6)
 
 
