@@ -106,6 +106,9 @@ class Fix:
 
 @dataclass
 class Diagnostic:
+    """A problem as reported: code, severity, message and location, with an optional fix and notes.
+    The engine makes them from rules' findings; tool/input problems (``MBM0xx``) are made directly."""
+
     code: str  # "MBM123"; "MBM000"-range codes are reserved for tool/input diagnostics
     name: str  # kebab-case rule name
     severity: Severity

@@ -73,12 +73,16 @@ class SettingsError(ValueError):
 
 @dataclass
 class TargetOverride:
+    """GPU and world size for files matching a ``[tool.mbmem-lint.targets]`` glob (None: not set)."""
+
     gpu: str | None = None
     world_size: int | None = None
 
 
 @dataclass
 class Settings:
+    """The ``[tool.mbmem-lint]`` settings (defaults when there is no pyproject.toml)."""
+
     root: Path | None = None  # folder of the pyproject.toml the settings came from
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)

@@ -10,6 +10,8 @@ SourceKind = Literal["python", "yaml"]
 
 @dataclass
 class SourceFile:
+    """A linted file as read once: its path as the user gave it, text, kind and modification time."""
+
     path: str  # as given on the command line / discovered under a given folder
     text: str
     kind: SourceKind

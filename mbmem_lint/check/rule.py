@@ -395,6 +395,9 @@ CheckFn = Callable[[RuleContext], Iterable[Finding]]
 
 @dataclass(frozen=True)
 class Rule:
+    """One lint rule (``MBM123``, declared in ``rules/``): metadata, the Megatron behaviour it mirrors,
+    VALID/INVALID examples and the ``check`` that yields :class:`Finding` objects."""
+
     code: str
     name: str
     severity: Severity

@@ -33,6 +33,9 @@ class MissingPathError(Exception):
 
 @dataclass
 class Discovered:
+    """The recipe ``.py`` and YAML override files found under the given paths (each read once), and a
+    diagnostic for every file skipped."""
+
     python: list[SourceFile] = field(default_factory=list)
     yaml: list[SourceFile] = field(default_factory=list)
     explicit_yaml: set[str] = field(default_factory=set)  # YAML files named directly (always overrides)

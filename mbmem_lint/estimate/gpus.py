@@ -16,12 +16,17 @@ class UnknownGpuError(ValueError):
 
 @dataclass(frozen=True)
 class Overhead:
+    """A per-GPU-family overhead constant (bytes, or a fragmentation fraction) and the source it cites."""
+
     value: float
     source: str
 
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """A GPU of the catalog: family, marketed and usable memory (the estimate is compared to
+    ``usable_bytes``) and its family's overhead constants."""
+
     name: str  # canonical catalog name
     family: str  # "hopper", "blackwell", "ampere", ...
     capacity_bytes: int  # marketed HBM, binary-nominal: marketed_gb * 2**30 (>= usable_bytes)

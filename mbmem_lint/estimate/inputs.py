@@ -70,6 +70,8 @@ class Reader:
 
 @dataclass
 class Shape:
+    """The model architecture the estimate sizes: dense, MoE, MLA, Mamba/hybrid and MTP dimensions."""
+
     num_layers: int
     hidden: int
     heads: int
@@ -114,6 +116,9 @@ class Shape:
 
 @dataclass
 class Par:
+    """The parallel layout: TP/PP/VPP/CP/EP/ETP sizes, the derived DP and expert DP, sequence parallelism
+    and the pipeline-split options."""
+
     tp: int
     pp: int
     vpp: int | None
@@ -133,6 +138,9 @@ class Par:
 
 @dataclass
 class Train:
+    """Sequence length, micro-batch size and micro-batches per step (None when the global batch size or
+    the world size is unknown)."""
+
     seq: int
     mbs: int
     num_microbatches: int | None
@@ -140,6 +148,8 @@ class Train:
 
 @dataclass
 class Precision:
+    """Bytes per parameter and per gradient element, and the FP8/FP4 settings."""
+
     param_bytes: int
     grad_bytes: int
     fp8: bool  # fp8/fp4 compute
@@ -150,6 +160,9 @@ class Precision:
 
 @dataclass
 class Optim:
+    """The optimizer as the estimate models it: main-param and per-state bytes, distributed / FSDP sharding
+    and CPU offload."""
+
     name: str  # adam | sgd | muon
     distributed: bool
     instances: int
@@ -163,6 +176,8 @@ class Optim:
 
 @dataclass
 class Peft:
+    """The LoRA / DoRA / canonical-LoRA adapters: kind, rank, target modules and sharing options."""
+
     kind: str  # lora | dora | canonical_lora
     dim: int
     targets: list[str]
@@ -172,6 +187,8 @@ class Peft:
 
 @dataclass
 class Recompute:
+    """Activation recomputation: granularity (None, selective or full), method, layer count and modules."""
+
     granularity: str | None  # None | selective | full
     method: str | None
     num_layers: int
@@ -180,6 +197,8 @@ class Recompute:
 
 @dataclass
 class Offload:
+    """Activation and weight offloading: fine-grained per-module offload and layer-wise CPU offloading."""
+
     fine_grained: bool
     modules: list[str]
     cpu_offloading: bool
@@ -190,6 +209,9 @@ class Offload:
 
 @dataclass
 class Runtime:
+    """Runtime settings the estimate reads: CUDA graph implementation and scope, expandable segments,
+    NCCL NVLS and whether attention is fused (flash)."""
+
     graph_impl: str  # none | local | transformer_engine | full_iteration
     graph_scope: list[str]
     expandable_segments: bool
@@ -199,6 +221,9 @@ class Runtime:
 
 @dataclass
 class Inputs:
+    """Everything the estimate reads from one recipe, as plain typed values; unknown values were replaced
+    by defaults, each recorded in ``assumptions``."""
+
     shape: Shape
     par: Par
     train: Train

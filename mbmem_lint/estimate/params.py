@@ -14,6 +14,9 @@ from mbmem_lint.estimate.inputs import Shape
 
 @dataclass
 class Params:
+    """Parameter counts of a (sub)layer by sharding: TP-split, TP-replicated and expert (EP·ETP), plus the
+    GEMM-weight subsets that FP8 casts apply to."""
+
     tp: float = 0.0
     rep: float = 0.0
     expert: float = 0.0

@@ -14,6 +14,9 @@ GIB = 1024**3
 
 @dataclass
 class Suggestion:
+    """A setting change that saves memory: its re-estimated peak saving, throughput cost and the config
+    paths and values to set."""
+
     title: str
     saving_bytes: int
     cost_note: str
@@ -24,6 +27,9 @@ class Suggestion:
 
 @dataclass
 class CapacityFinding:
+    """The capacity verdict on the peak pipeline stage (error: does not fit; warning: little headroom),
+    with its largest components and ranked suggestions (MBM701/MBM702)."""
+
     severity: str  # "error" | "warning"
     stage: int
     message: str

@@ -24,6 +24,9 @@ class EstimateUnavailable(Exception):
 
 @dataclass
 class Component:
+    """One named part of a stage's per-rank memory (weights, activations, NCCL buffers, ...): bytes, the
+    config paths that drive it and its kind."""
+
     name: str
     bytes: int
     fields: list[str]
@@ -35,6 +38,8 @@ class Component:
 
 @dataclass
 class StageEstimate:
+    """The per-rank memory of one pipeline stage, as components."""
+
     pp_rank: int
     components: list[Component]
     layers: int = 0
@@ -61,6 +66,9 @@ class StageEstimate:
 
 @dataclass
 class Estimate:
+    """The per-rank memory estimate of one recipe on a target GPU: one :class:`StageEstimate` per pipeline
+    stage, the peak and the headroom, and the assumptions made."""
+
     recipe: str  # "<path>::<function>"
     gpu: GpuSpec
     world_size: int | None

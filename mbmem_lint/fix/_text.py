@@ -84,6 +84,8 @@ def indentation(line_text: str) -> str:
 
 @dataclass
 class Span:
+    """``[start, end)`` character offsets into a file's text."""
+
     start: int
     end: int
 

@@ -17,6 +17,9 @@ FixMode = Literal["diff", "fix", "apply"]
 
 @dataclass
 class Patch:
+    """The selected fixes as one patch: its text (what ``--fix``/``--diff`` print), the fixes it holds and
+    those left out."""
+
     text: str  # the whole patch (comments + applicable diffs + quoted display-only suggestions)
     applicable: list[Diagnostic] = field(default_factory=list)  # fixes in the applicable diffs
     display_only: list[Diagnostic] = field(default_factory=list)  # suggestions rendered

@@ -22,6 +22,9 @@ ChangeStatus = Literal["written", "refused", "failed"]
 
 @dataclass
 class AppliedChange:
+    """The outcome of writing fixes to one file: written, refused (changed since read, or unreadable)
+    or failed."""
+
     path: str  # as given (the SourceFile path)
     status: ChangeStatus
     fixes: list[Diagnostic] = field(default_factory=list)  # fixes applied (or that would have been)
@@ -32,6 +35,8 @@ class AppliedChange:
 
 @dataclass
 class ApplyResult:
+    """What ``--apply`` did: one change per touched file, and the conflicting fixes it left out."""
+
     changes: list[AppliedChange] = field(default_factory=list)
     dropped: list[tuple[Diagnostic, str]] = field(default_factory=list)  # conflicting fixes left out
 

@@ -62,6 +62,9 @@ OverrideOp = Literal["set", "add", "force", "delete"]
 
 @dataclass
 class OverrideEntry:
+    """One override of a config path from a YAML file or a ``--set`` item: value, operation and the
+    spans of its key and value."""
+
     path: str  # dotted config path: "model.tensor_model_parallel_size", "env_vars.NCCL_NVLS_ENABLE"
     value: Any  # JSON-like value, MISSING, Interpolation, or a dict with "_target_"
     op: OverrideOp  # "set" (plain), "add" (+key), "force" (++key), "delete" (~key)
@@ -75,6 +78,9 @@ class OverrideEntry:
 
 @dataclass
 class OverrideFile:
+    """A parsed YAML override file (or the ``--set`` dotlists): its entries, the recipe it names and
+    its parse diagnostics."""
+
     path: str  # as given; "<--set>" for command-line dotlists
     entries: list[OverrideEntry] = field(default_factory=list)
     recipe_ref: str | None = None  # "FILE::FUNCTION" from "# mbmem-lint: recipe=..." on the first line
@@ -830,6 +836,8 @@ class _DotlistError(Exception):
 
 @dataclass
 class _PVal:
+    """A parsed dotlist value and its ``[start, end)`` span in the item string (dicts: each key's too)."""
+
     value: Any
     start: int
     end: int

@@ -103,6 +103,9 @@ class ModelTableError(Exception):
 
 @dataclass(frozen=True)
 class ModelEntry:
+    """A model table entry: the HF model's Bridge provider class and provider fields, and where the
+    config came from."""
+
     provider: str
     fields: dict[str, Any]
     source: str

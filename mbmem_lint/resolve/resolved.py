@@ -76,6 +76,9 @@ def is_known(value: Any) -> bool:
 
 @dataclass(slots=True)
 class ResolvedField:
+    """The effective value of one config path: where it came from, where it was set and where to point
+    the user."""
+
     value: Any
     origin: str  # one of ORIGINS
     location: Location  # where the value was set (innermost: may be library code)
@@ -115,6 +118,8 @@ class Rewrite:
 
 @dataclass
 class Target:
+    """The GPU and world size a recipe is checked against, and where each came from."""
+
     gpu: str | None  # canonical GPU catalog name, e.g. "h100-80gb"
     world_size: int | None
     gpu_source: str  # "cli" | "pyproject" | "recipe-name" | "default"
@@ -123,6 +128,9 @@ class Target:
 
 @dataclass
 class ResolvedRecipe:
+    """The effective config of one recipe function, by path, with every write and runtime rewrite:
+    what rules and the estimator read."""
+
     path: str  # file as given on the command line
     function: str  # recipe function name ("<module>" for module-level scripts)
     location: Location  # the ``def`` line (or first statement for scripts)

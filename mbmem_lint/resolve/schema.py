@@ -35,6 +35,8 @@ _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 @dataclass(frozen=True)
 class FieldSchema:
+    """A field of a Megatron config dataclass: type as written, encoded default and source line."""
+
     name: str
     type: str
     default: dict[str, Any]
@@ -48,6 +50,8 @@ class FieldSchema:
 
 @dataclass(frozen=True)
 class ClassSchema:
+    """A Megatron config dataclass: qualified name, direct bases and its fields (inherited ones included)."""
+
     qualname: str
     bases: list[str] = field(default_factory=list)
     fields: dict[str, FieldSchema] = field(default_factory=dict)

@@ -67,6 +67,8 @@ _NO_VALUE = object()
 
 @dataclass
 class _ClassInfo:
+    """A class found in the Megatron sources, its qualified bases and whether it is a dataclass."""
+
     qualname: str
     module: str
     node: ast.ClassDef
@@ -76,6 +78,8 @@ class _ClassInfo:
 
 @dataclass
 class _ModuleInfo:
+    """A parsed Megatron source module with its imports, top-level classes and constants."""
+
     name: str
     is_package: bool
     tree: ast.Module

@@ -104,6 +104,9 @@ class Ext:
 
 @dataclass
 class Func:
+    """A function defined in analysed code (its body in the interpreter's statement form), called by
+    interpreting it."""
+
     name: str
     params: list[Any]
     body: list[Any]
@@ -115,17 +118,24 @@ class Func:
 
 @dataclass
 class BoundMethod:
+    """``target.name`` taken as a method of a config object or a plain value (str, list, dict, HF model
+    handle); calling it is interpreted."""
+
     target: Any
     name: str
 
 
 @dataclass(frozen=True)
 class ModuleRef:
+    """A module of the analysed code or the shipped library (``import x`` / ``from pkg import module``)."""
+
     name: str
 
 
 @dataclass(frozen=True)
 class LocalClass:
+    """A class statement's class that the schema does not know: opaque (its instances are unknown)."""
+
     qualname: str
 
 
