@@ -1,3 +1,5 @@
+import sys
+
 from mbmem_lint.cli import main
 
-main()
+sys.exit(main())

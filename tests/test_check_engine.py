@@ -156,14 +156,12 @@ def test_rules_json_lists_every_rule() -> None:
 
 
 def test_cli_rules_json_and_text() -> None:
-    from click.testing import CliRunner
+    from cli_run import run_cli
 
-    from mbmem_lint.cli import main
-
-    res = CliRunner().invoke(main, ["rules", "--format", "json"], catch_exceptions=False)
+    res = run_cli(["rules", "--format", "json"])
     assert res.exit_code == 0
     data = json.loads(res.stdout)
     assert len(data) == len(all_rules()) and data[0]["code"] == "MBM101"
-    text = CliRunner().invoke(main, ["rules"], catch_exceptions=False).stdout
+    text = run_cli(["rules"]).stdout
     assert text.startswith(f"{len(all_rules())} rules")
     assert "MBM406  warning  fix:safe" in text

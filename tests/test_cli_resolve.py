@@ -4,14 +4,12 @@ listed, file paths as given, env vars as ``env_vars.<NAME>``; text output; exit 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
+from cli_run import run_cli
 
-from mbmem_lint.cli import main
 from mbmem_lint.resolve.resolved import ORIGINS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,12 +70,7 @@ def my_pretrain_8gpu_h100_bf16_config() -> ConfigContainer:
 
 
 def invoke(args: list[str], cwd: Path):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(main, args)
-    finally:
-        os.chdir(old)
+    return run_cli(args, cwd=cwd)
 
 
 @pytest.fixture()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
+from cli_run import run_cli
 
-from mbmem_lint.cli import main
 from mbmem_lint.estimate import estimate_recipe
 from mbmem_lint.pipeline import resolve_paths
 from mbmem_lint.resolve.resolver import ResolveOptions
@@ -18,7 +17,7 @@ TARGET = f"{FIX}::llama3_8b_pp2_config"
 
 
 def _run(*args: str) -> tuple[int, str, str]:
-    res = CliRunner().invoke(main, ["estimate", TARGET, *args])
+    res = run_cli(["estimate", TARGET, *args])
     return res.exit_code, res.stdout, res.stderr
 
 

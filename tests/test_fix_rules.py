@@ -79,10 +79,10 @@ def _project(tmp: Path, code: str, yaml: str | None, settings: dict[str, Any]) -
     return paths
 
 
-def _check_json(main: Any, paths: list[str]) -> list[dict[str, Any]]:
-    from click.testing import CliRunner
+def _check_json(paths: list[str]) -> list[dict[str, Any]]:
+    from cli_run import run_cli
 
-    res = CliRunner().invoke(main, ["check", "--format", "json", *paths], catch_exceptions=False)
+    res = run_cli(["check", "--format", "json", *paths])
     return list(json.loads(res.stdout)["diagnostics"])
 
 
@@ -171,9 +171,9 @@ def test_fixable_rule_invalid_examples(
 def test_fix_and_diff_never_modify_files(
     flags: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from click.testing import CliRunner
+    from cli_run import run_cli
 
-    main = _cli()
+    _cli()
     repo = tmp_path / "proj"
     (repo / "recipes").mkdir(parents=True)
     if GIT:
@@ -184,7 +184,7 @@ def test_fix_and_diff_never_modify_files(
     files = sorted(str(p) for p in (repo / "recipes").iterdir())
     before = {f: (os.stat(f).st_mtime_ns, Path(f).read_bytes()) for f in files}
     listing = sorted(os.listdir(repo / "recipes"))
-    res = CliRunner().invoke(main, ["check", *flags, "recipes"], catch_exceptions=False)
+    res = run_cli(["check", *flags, "recipes"])
     after = {f: (os.stat(f).st_mtime_ns, Path(f).read_bytes()) for f in files}
     assert after == before
     assert sorted(os.listdir(repo / "recipes")) == listing

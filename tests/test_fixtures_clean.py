@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
-
-from mbmem_lint.cli import main
+from cli_run import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD_OVERRIDES = ["fixtures/overrides/llama3_8b_long_context.yaml", "fixtures/overrides/qwen3_30b_a3b_8k_context.yaml"]
@@ -21,7 +19,7 @@ GOOD_OVERRIDES = ["fixtures/overrides/llama3_8b_long_context.yaml", "fixtures/ov
 
 def _check(paths: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[dict[str, Any]]]:
     monkeypatch.chdir(ROOT)
-    res = CliRunner().invoke(main, ["check", "--format", "json", *paths], catch_exceptions=False)
+    res = run_cli(["check", "--format", "json", *paths])
     return res.exit_code, list(json.loads(res.stdout)["diagnostics"])
 
 
