@@ -1,5 +1,3 @@
-import sys
+from mbmem_lint.cli import entry
 
-from mbmem_lint.cli import main
-
-sys.exit(main())
+entry()

@@ -71,6 +71,8 @@ def plan_groups(sources: list[SourceFile], jobs: int) -> list[list[str]]:
 
 @dataclass
 class _Work:
+    """What the forked workers inherit: the discovered files, settings and the planned groups."""
+
     found: Discovered
     settings: Settings
     options: ResolveOptions
@@ -80,6 +82,8 @@ class _Work:
 
 @dataclass
 class TaskResult:
+    """What one queue task sends back: its findings, failures and number of recipe functions."""
+
     diagnostics: list[Diagnostic]
     failed: list[str]
     functions_seen: int

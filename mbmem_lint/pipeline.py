@@ -21,6 +21,8 @@ from mbmem_lint.sources import SourceFile, Sources
 
 @dataclass
 class CheckRun:
+    """A check run's outcome: findings, the sources they point into, and (when kept) the recipes."""
+
     diagnostics: list[Diagnostic] = field(default_factory=list)
     recipes: list[ResolvedRecipe] = field(default_factory=list)
     sources: Sources = field(default_factory=dict)

@@ -4,6 +4,7 @@ forms, and that importing it pulls in neither a CLI library nor the linter's hea
 from __future__ import annotations
 
 import gc
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,21 @@ def test_closed_stdout_exits_1_quietly() -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 1
     assert err == b""
+
+
+@pytest.mark.slow
+def test_console_entry_flushes_everything_before_its_hard_exit() -> None:
+    """``entry`` leaves with ``os._exit`` (no interpreter teardown): buffered output must be
+    written first, whatever its size, and the exit code kept."""
+    listing = subprocess.run([sys.executable, "-m", "mbmem_lint", "rules", "--format", "json"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    assert json.loads(listing.stdout) == json.loads(run_cli(["rules", "--format", "json"]).stdout)
+    resolved = subprocess.run([sys.executable, "-m", "mbmem_lint", "resolve", BAD, "--format", "json"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    assert len(resolved.stdout) > 100_000  # more than any pipe or stdio buffer holds
+    assert json.loads(resolved.stdout) == json.loads(run_cli(["resolve", BAD, "--format", "json"]).stdout)
+    check = subprocess.run([sys.executable, "-m", "mbmem_lint", BAD], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 1
+    assert check.stdout == run_cli([BAD]).stdout

@@ -36,6 +36,8 @@ RECIPE_TIME_BUDGET_S = 30.0  # only pathological inputs; the step budget is the 
 
 @dataclass
 class ResolveOptions:
+    """What a run asks of the resolver beyond the files: target, one function, CLI overrides."""
+
     gpu: str | None = None
     world_size: int | None = None
     function: str | None = None  # only this recipe function (resolve/estimate FILE::FUNCTION)
@@ -46,6 +48,8 @@ class ResolveOptions:
 
 @dataclass
 class ResolveResult:
+    """What resolving produced: recipes (unless streamed to ``on_file``), tool diagnostics, failures."""
+
     recipes: list[ResolvedRecipe] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     functions_seen: int = 0
@@ -54,6 +58,8 @@ class ResolveResult:
 
 @dataclass
 class _Candidate:
+    """A function (or a module-level config) of a linted file that is resolved as a recipe."""
+
     env: ModuleEnv
     func: Func | None  # None for module-level scripts
     name: str
