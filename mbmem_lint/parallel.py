@@ -19,7 +19,6 @@ from pathlib import PurePath
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import Discovered
-from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
 from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile
@@ -126,7 +125,7 @@ def _run_task(index: int) -> TaskResult:
 
 def _task(work: _Work, index: int) -> TaskResult:
     from mbmem_lint.check.engine import run_checks
-    from mbmem_lint.pipeline import filter_tool_diagnostics, load_overrides
+    from mbmem_lint.pipeline import file_checker, filter_tool_diagnostics, load_overrides
 
     resolver = _worker_resolver(work)
     result = resolver.result
@@ -141,11 +140,7 @@ def _task(work: _Work, index: int) -> TaskResult:
         result.recipes.clear()
     else:
         envs = [env for env in (resolver.adopt(sources[p]) for p in work.groups[index]) if env is not None]
-
-        def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
-            findings.extend(run_checks(recipes, [], work.settings, sources))
-
-        resolver.resolve_modules(envs, on_file)
+        resolver.resolve_modules(envs, file_checker(work.settings, work.found, findings))
     tool = filter_tool_diagnostics(result.diagnostics[diags_before:], work.settings)
     for d in findings:
         if d.fix is not None:

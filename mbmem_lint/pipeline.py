@@ -104,15 +104,16 @@ def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
         findings = run_checks(run.recipes, run.overrides, settings, run.sources)
     else:
         streamed: list[Diagnostic] = []
-        run = _resolve_found(found, settings, options, on_file=_checker(settings, found, streamed))
+        run = _resolve_found(found, settings, options, on_file=file_checker(settings, found, streamed))
         findings = streamed + run_checks(run.recipes, run.overrides, settings, run.sources)
     tool = filter_tool_diagnostics(run.diagnostics, settings)
     run.diagnostics = merge_findings(tool + findings)
     return run
 
 
-def _checker(settings: Settings, found: Discovered, out: list[Diagnostic]) -> Any:
-    """Check each file's recipes as soon as they are resolved, then let them go."""
+def file_checker(settings: Settings, found: Discovered, out: list[Diagnostic]) -> Any:
+    """An ``on_file`` callback for the resolver: check each file's recipes as soon as they are
+    resolved, into ``out``, then let them go (a sequential run and each parallel task use it)."""
     from mbmem_lint.check.engine import run_checks
 
     def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:

@@ -81,17 +81,16 @@ def read_source(path: str, kind: SourceKind) -> SourceFile | Diagnostic:
     return SourceFile(path, text, kind, st.st_mtime_ns)
 
 
-def _skipped_by_settings(path: Path, settings: Settings) -> bool:
-    """Excluded, or not included, by the ``exclude``/``include`` patterns (one path resolution)."""
+def _excluded(path: Path, settings: Settings, *, walked: bool) -> bool:
+    """Skipped by the ``exclude`` patterns, or (for a file found by walking a folder) not matched by
+    the ``include`` patterns; a file named on the command line needs no ``include`` match."""
+    check_include = walked and bool(settings.include)
+    if not settings.exclude and not check_include:
+        return False  # no pattern: no path resolution
     rel = settings.relative(path)
     if any(path_matches(rel, pat) for pat in settings.exclude):
         return True
-    return bool(settings.include) and not any(path_matches(rel, pat) for pat in settings.include)
-
-
-def _excluded(path: Path, settings: Settings) -> bool:
-    rel = settings.relative(path)
-    return any(path_matches(rel, pat) for pat in settings.exclude)
+    return check_include and not any(path_matches(rel, pat) for pat in settings.include)
 
 
 def discover(paths: list[str], settings: Settings) -> Discovered:
@@ -110,12 +109,12 @@ def discover(paths: list[str], settings: Settings) -> Discovered:
                     kind = _kind(fp)
                     if kind is None or fp.is_symlink() and not fp.exists():
                         continue
-                    if (settings.exclude or settings.include) and _skipped_by_settings(fp, settings):
+                    if _excluded(fp, settings, walked=True):
                         continue
                     files.append((fp.as_posix() if given != "." else fp.as_posix().removeprefix("./"), kind, False))
         else:
             kind = _kind(p)
-            if kind is None or _excluded(p, settings):
+            if kind is None or _excluded(p, settings, walked=False):
                 continue
             files.append((given, kind, True))
     for path, kind, explicit in files:
