@@ -361,3 +361,61 @@ def test_fragmentation_only_overflow_is_a_warning() -> None:
     # With no band, any overflow of the allocations is an error.
     f = capacity_findings(rec, est(usable + 1024**3, int(0.2 * usable)), 0.05, 0.0)
     assert f and f[0].severity == "error"
+
+
+def test_core_attn_recompute_keeps_the_fused_qkv_output() -> None:
+    # v is a torch.split view of the fused QKV output, so the core_attn checkpoint keeps that whole output
+    # besides the RoPE'd q and k: (a + g)·d extra per token. TINY: a=8, g=2, d=128, T=2048.
+    T, sel = 2048, {"model.recompute_granularity": "selective", "model.recompute_modules": ["core_attn"]}
+    assert layer_terms(_inp(**sel), 0)["core_attn_ckpt_qkv"] == 2 * T * (8 + 2) * 128
+    assert "core_attn_ckpt_qkv" not in layer_terms(_inp(), 0)  # no checkpoint: flash saves its own copies
+    # Without RoPE or q/k norms, q and k are views too: the checkpoint keeps the fused output only.
+    assert "core_attn_ckpt_qkv" not in layer_terms(_inp(**sel, **{"model.position_embedding_type": "none"}), 0)
+    # A fused single-QKV RoPE hands over three new tensors.
+    assert "core_attn_ckpt_qkv" not in layer_terms(_inp(**sel, **{"model.fused_single_qkv_rope": True}), 0)
+
+
+def test_unfused_attention_softmax_kernel_and_torch_fallback() -> None:
+    T, a, g, d = 2048, 8, 2, 128
+    probs = a * T * T  # b·np·sq·sk elements, MBS 1, TP 1
+    gqa = 2 * 2 * T * (a - g) * d  # K and V repeat_interleave'd to all heads, bf16
+    local = {"model.attention_backend": "local"}
+    # Fused kernel (masked_softmax_fusion, sk <= 4096): its bf16 result is saved once.
+    fused = layer_terms(_inp(**local, **{"model.masked_softmax_fusion": True}), 0)
+    assert fused["core_attn_internal"] == 2 * probs + gqa
+    # Torch fallback in fp32: the fp32 softmax output and its bf16 cast are both saved (6 B per element).
+    fallback = {**local, "model.masked_softmax_fusion": False, "model.attention_softmax_in_fp32": True}
+    assert layer_terms(_inp(**fallback), 0)["core_attn_internal"] == 6 * probs + gqa
+    # ... in bf16 the softmax output is the tensor the bmm saves.
+    bf16 = {**fallback, "model.attention_softmax_in_fp32": False}
+    assert layer_terms(_inp(**bf16), 0)["core_attn_internal"] == 2 * probs + gqa
+    # The kernel has a shape limit: sk > 4096 always takes the fallback, even with the fusion on.
+    long = layer_terms(_inp(**local, **{"model.masked_softmax_fusion": True, "model.attention_softmax_in_fp32": True,
+                                        "model.seq_length": 8192}), 0)
+    assert long["core_attn_internal"] == 6 * a * 8192 * 8192 + 2 * 2 * 8192 * (a - g) * d
+    # Attention dropout adds its mask (1 B) and output (2 B); in the fp32 fallback the output replaces the probs.
+    drop = layer_terms(_inp(**fallback, **{"model.attention_dropout": 0.1}), 0)
+    assert drop["core_attn_internal"] == 7 * probs + gqa
+    # The raw scores go to one persistent global buffer (bf16, b·np·sq·sk), a workspace counted once.
+    st = estimate_recipe(recipe_from_values({**TINY, **local}, world_size=1)).stages[0]
+    buf = [c for c in st.components if c.name == "unfused-attention score buffer"]
+    assert [c.bytes for c in buf] == [2 * probs] and buf[0].kind == "workspace"
+    flash = estimate_recipe(recipe_from_values(TINY, world_size=1)).stages[0]
+    assert not any(c.name == "unfused-attention score buffer" for c in flash.components)
+
+
+def test_full_recompute_transient_overlaps_the_logits_peak_on_the_last_stage() -> None:
+    # The block recompute runs after the output layer's backward freed the logits: only the excess adds.
+    from mbmem_lint.estimate.activations import output_activation
+
+    base = {**TINY, "model.recompute_granularity": "full", "model.recompute_method": "uniform"}
+    big_block = {**base, "model.recompute_num_layers": 4, "model.vocab_size": 4096}
+    est = estimate_recipe(recipe_from_values(big_block, world_size=1)).stages[0]
+    per_layer = sum(layer_terms(read_inputs(big_block.get, 1), 0).values())
+    logits = output_activation(read_inputs(big_block.get, 1))
+    assert 4 * per_layer > logits  # this block's recompute peak exceeds the logits peak ...
+    transient = next(c for c in est.components if c.name == "full-recompute transient")
+    assert transient.bytes == int(4 * per_layer - logits)  # ... so only the difference is added
+    # One layer per group with a 32000-token vocabulary: the logits peak covers the recompute entirely.
+    small = estimate_recipe(recipe_from_values({**base, "model.recompute_num_layers": 1}, world_size=1)).stages[0]
+    assert not any(c.name == "full-recompute transient" for c in small.components)

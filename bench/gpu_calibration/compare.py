@@ -54,6 +54,8 @@ CROSS_CHECK = [
     ("model.recompute_method", "model.recompute_method"), ("model.recompute_num_layers", "model.recompute_num_layers"),
     ("model.share_embeddings_and_output_weights", "model.share_embeddings_and_output_weights"),
     ("model.add_bias_linear", "model.add_bias_linear"), ("model.hidden_dropout", "model.hidden_dropout"),
+    ("model.masked_softmax_fusion", "model.masked_softmax_fusion"),
+    ("model.attention_softmax_in_fp32", "model.attention_softmax_in_fp32"),
     ("train.micro_batch_size", "train.micro_batch_size"), ("train.global_batch_size", "train.global_batch_size"),
     ("ddp.grad_reduce_in_fp32", "ddp.grad_reduce_in_fp32"),
     ("optimizer.use_distributed_optimizer", "optimizer.use_distributed_optimizer"),

@@ -478,6 +478,7 @@ def build_transformer_config(case: dict[str, Any], shape: dict[str, Any], dry: b
         bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1,
         sequence_parallel=False, masked_softmax_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+        attention_softmax_in_fp32=True,  # MCore's default, explicit: Bridge's GPTModelProvider defaults it to False
         cross_entropy_loss_fusion=False, gradient_accumulation_fusion=False,
         recompute_granularity=case["recompute_granularity"], recompute_method=case["recompute_method"],
         recompute_num_layers=case["recompute_num_layers"], recompute_modules=case["recompute_modules"],
@@ -499,6 +500,7 @@ def config_record(case: dict[str, Any], shape: dict[str, Any], seq: int, config:
                   "recompute_num_layers": config.recompute_num_layers,
                   "recompute_modules": list(config.recompute_modules or []),
                   "cross_entropy_loss_fusion": False, "layer_spec": "local",
+                  "masked_softmax_fusion": False, "attention_softmax_in_fp32": config.attention_softmax_in_fp32,
                   "core_attention": ("SDPAFlashCoreAttention (torch SDPA, causal)" if attention == "sdpa_flash"
                                      else "megatron.core DotProductAttention (unfused)"),
                   "attention": attention,

@@ -59,6 +59,44 @@ def lora_regather_active(inp: Inputs, surface: str) -> bool:
     return not (surface == "fc1" and inp.rec.granularity == "selective" and "mlp" in inp.rec.modules)
 
 
+def core_attn_checkpointed(inp: Inputs) -> bool:
+    return inp.rec.granularity == "selective" and "core_attn" in inp.rec.modules
+
+
+def fused_softmax_applies(inp: Inputs) -> bool:
+    """MCore FusedScaleMaskSoftmax.is_kernel_available (fusions/fused_softmax.py L238-268, Core 0.19.2): the
+    fused kernel needs masked_softmax_fusion, 16 < sk <= 4096, sq and sk multiples of 4 and b·np a multiple of
+    4 (the causal kernel's batch_per_block is 4 for sk > 128). Otherwise the torch fallback runs."""
+    sl = inp.train.seq / inp.par.cp
+    attn_batches = inp.train.mbs * inp.shape.heads / inp.par.tp
+    return (inp.rt.softmax_fusion and 16 < sl <= 4096 and sl % 4 == 0
+            and attn_batches == int(attn_batches) and int(attn_batches) % 4 == 0)
+
+
+def unfused_attention_internal(inp: Inputs, kind: str) -> float:
+    """Bytes the unfused (local) DotProductAttention saves beyond q, k, v and its output, per layer and microbatch
+    (dot_product_attention.py L160-240, fused_softmax.py forward_torch_softmax L299-336):
+    - the softmax output over b·np·sq·sk: 2 B when the fused kernel runs (it saves its bf16 result, which the
+      probs·V bmm saves too) or when the softmax runs in bf16; with the torch fallback in fp32 (the default,
+      attention_softmax_in_fp32) the fp32 softmax output (4 B, saved by softmax) *and* its bf16 cast (2 B,
+      saved by the bmm) — measured on H200: 3410 MiB saved per layer vs 1320 MiB under the 2 B model (case F);
+    - attention dropout: its 1 B mask and its 2 B output (saved by the bmm instead of the probs);
+    - under GQA, K and V repeat_interleave'd to all heads (saved by the two bmms instead of q/k/v's groups).
+    """
+    s, p = inp.shape, inp.par
+    T, t = tokens(inp), p.tp
+    probs = T * s.heads * (inp.train.seq / p.cp) / t
+    dropout = s.attention_dropout > 0
+    if fused_softmax_applies(inp) or not inp.rt.softmax_fp32:
+        per = 2 + (3 if dropout else 0)
+    else:
+        per = 6 + (1 if dropout else 0)
+    out = probs * per
+    if kind == "attn" and s.heads > s.groups:
+        out += 2 * 2 * T * (s.heads - s.groups) * s.kv_channels / t
+    return out
+
+
 def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
     """Named activation terms (bytes) of one layer for one microbatch, before recompute/offload.
 
@@ -87,6 +125,12 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                     add("qkv_linear", g8 * T * h * r)  # fused norm output, for the qkv wgrad
                 a, g, d = s.heads, s.groups, s.kv_channels
                 add("core_attn", 2 * T * (a + 2 * g) * d / t)  # q, k, v
+                if core_attn_checkpointed(inp) and not inp.rt.fused_qkv_rope and (s.rotary or s.qk_layernorm):
+                    # The checkpoint saves its inputs q, k, v. v is a torch.split view of the fused QKV output
+                    # (attention.py get_query_key_value_tensors L1903), so that whole output stays alive; q and
+                    # k are new tensors once RoPE or the q/k norms ran. Measured on H200: +20 MiB per layer at
+                    # Llama-3.2-1B shape, seq 4096 (bench/gpu_calibration case E).
+                    add("core_attn_ckpt_qkv", 2 * T * (a + g) * d / t)
                 o_elems = T * a * d / t
             else:
                 # MLA (multi_latent_attention.py get_query_key_value_tensors, Core 0.19.2): the input norm's
@@ -114,8 +158,7 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                 if inp.prec.fp8 and not frozen:
                     add("attn_proj", o_elems)
             if not inp.rt.flash:
-                sl = inp.train.seq / p.cp
-                add("core_attn_internal", s.heads * T * sl / t * (2 + (3 if s.attention_dropout > 0 else 0)))
+                add("core_attn_internal", unfused_attention_internal(inp, kind))
             if drop:
                 add("attn_dropout", T * h * r)
             if lora is not None:

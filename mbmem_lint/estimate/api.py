@@ -21,6 +21,7 @@ from mbmem_lint.estimate.overheads import (
     ddp_padding_component,
     fragmentation_component,
     runtime_components,
+    unfused_score_buffer_component,
 )
 from mbmem_lint.estimate.params import layer_kinds
 from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
@@ -101,6 +102,12 @@ def _activation_components(inp: Inputs, plan: StagePlan) -> tuple[list[Component
         fields += ["model.cpu_offloading", "model.cpu_offloading_num_layers"]
     comps.append(Component(f"activations ({len(layers)} layers x {inflight:g} microbatches)", int(act), fields,
                            kind="activation"))
+    if transient and plan.loss and par.vpp in (None, 1):
+        # The recompute of a block runs in backward, after the output layer's backward has freed the logits and
+        # the cross-entropy softmax of the same microbatch; without VPP the last stage holds no other
+        # microbatch's logits then. Only what exceeds the logits peak adds to the stage's peak (measured on H200,
+        # case D: peak = checkpoints + logits, the recompute transient did not add).
+        transient = max(0.0, transient - output_activation(inp))
     if transient:
         comps.append(Component("full-recompute transient", int(transient), [
             "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers"],
@@ -132,6 +139,9 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
         graph = cuda_graph_component(inp, gpu, layers, inflight, act_total)
         if graph is not None:
             comps.append(graph)
+        scores = unfused_score_buffer_component(inp, layers)
+        if scores is not None:
+            comps.append(scores)
         pad = ddp_padding_component(inp, (base.tp / par.tp + base.rep) if inp.peft is None else 0.0)
         if pad is not None:
             comps.append(pad)

@@ -86,6 +86,7 @@ class Shape:
     qk_layernorm: bool
     tied: bool
     learned_pos: bool
+    rotary: bool  # RoPE/YaRN/MRoPE: q and k are new tensors, not views of the fused QKV output
     max_pos: int
     # MoE
     num_experts: int
@@ -210,13 +211,16 @@ class Offload:
 @dataclass
 class Runtime:
     """Runtime settings the estimate reads: CUDA graph implementation and scope, expandable segments,
-    NCCL NVLS and whether attention is fused (flash)."""
+    NCCL NVLS, whether attention is fused (flash) and, for unfused attention, how its softmax runs."""
 
     graph_impl: str  # none | local | transformer_engine | full_iteration
     graph_scope: list[str]
     expandable_segments: bool
     nvls: bool
     flash: bool
+    softmax_fusion: bool  # model.masked_softmax_fusion (the fused kernel still has shape limits)
+    softmax_fp32: bool  # model.attention_softmax_in_fp32 (forced by apply_query_key_layer_scaling)
+    fused_qkv_rope: bool  # model.fused_single_qkv_rope: q, k, v all leave the fused RoPE as new tensors
 
 
 @dataclass
@@ -308,6 +312,7 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     mla = r.value("model.multi_latent_attention", False) is True or r.known("model.kv_lora_rank")
     act = r.value("model.activation_func", "")
     glu = r.value("model.gated_linear_unit", False) is True
+    pos_type = r.value("model.position_embedding_type", "learned_absolute")
 
     shape = Shape(
         num_layers=n_layers, hidden=hidden, heads=heads, groups=groups, kv_channels=kv, ffn=ffn, vocab=vocab,
@@ -316,7 +321,8 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         add_qkv_bias=r.bool_("model.add_qkv_bias", False),
         qk_layernorm=r.bool_("model.qk_layernorm", False),
         tied=r.bool_("model.share_embeddings_and_output_weights", True),
-        learned_pos=r.value("model.position_embedding_type", "learned_absolute") == "learned_absolute",
+        learned_pos=pos_type == "learned_absolute",
+        rotary=pos_type in ("rope", "yarn", "mrope"),
         max_pos=r.pos("model.seq_length", 1024),
         num_experts=num_experts,
         moe_ffn=r.int_("model.moe_ffn_hidden_size", None) or ffn,
@@ -477,5 +483,11 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         graph_impl=str(impl) if isinstance(impl, str) and impl else "none",
         graph_scope=scope_l, expandable_segments=es, nvls=nvls,
         flash="unfused" not in attn_backend and "local" not in attn_backend,
+        # Bridge's GPTModelProvider sets masked_softmax_fusion=True; MCore's TransformerConfig defaults
+        # attention_softmax_in_fp32 to True.
+        softmax_fusion=r.bool_("model.masked_softmax_fusion", True),
+        softmax_fp32=r.bool_("model.attention_softmax_in_fp32", True)
+        or r.bool_("model.apply_query_key_layer_scaling", False),
+        fused_qkv_rope=r.bool_("model.fused_single_qkv_rope", False),
     )
     return Inputs(shape, par, train, prec, opt, peft, rec, off, rt, r.assumptions)

@@ -89,6 +89,18 @@ def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight:
     return Component("cuda graph pool", int(base + per_layer), fields, kind="workspace")
 
 
+def unfused_score_buffer_component(inp: Inputs, layers: list[int]) -> Component | None:
+    """Unfused attention writes its raw scores [b·np, sq, sk] with baddbmm into one global buffer
+    (dot_product_attention.py L186-190: ``get_global_memory_buffer().get_tensor(..., "mpu")``), allocated once
+    and kept for the whole run. Measured on H200: +1.0 GiB held after step 1 at 32 heads, seq 4096 (case F)."""
+    if inp.rt.flash or not any(k in ("attn", "mla") for i in layers for k in layer_sublayers(inp.shape, i)):
+        return None
+    sl = inp.train.seq / inp.par.cp
+    elems = inp.train.mbs * inp.shape.heads / inp.par.tp * sl * sl
+    return Component("unfused-attention score buffer", int(2 * elems), [
+        "model.attention_backend", "model.seq_length", "train.micro_batch_size"], kind="workspace")
+
+
 def ddp_padding_component(inp: Inputs, params_local: float) -> Component | None:
     """Grad/param buffers are padded per bucket to a multiple of lcm(DP, 128) elements (MCore DDP)."""
     if params_local <= 0:

@@ -73,6 +73,9 @@ def _llama_calibration(
         sequence_parallel=False,
         cross_entropy_loss_fusion=False,
         masked_softmax_fusion=False,
+        # MCore's TransformerConfig default, which measure.py uses; Bridge's GPTModelProvider defaults to False.
+        # Only the unfused attention of case F reads it (torch softmax fallback in fp32).
+        attention_softmax_in_fp32=True,
         attention_backend=AttnBackend.flash,
     )
     cfg = ConfigContainer(
