@@ -93,7 +93,7 @@ LLAMA32_3B = dict(num_layers=28, hidden_size=3072, ffn_hidden_size=8192, num_att
 
 _BASE = dict(shape=LLAMA32_1B, seq_length=4096, micro_batch_size=1, num_microbatches=2, attention="sdpa_flash",
              recompute_granularity=None, recompute_method=None, recompute_num_layers=None, recompute_modules=None,
-             use_distributed_optimizer=False)
+             use_distributed_optimizer=False, model_overrides={}, tied=False)
 
 
 def _case(desc: str, fn: str, **kw: Any) -> dict[str, Any]:
@@ -121,6 +121,13 @@ CASES: dict[str, dict[str, Any]] = {
                "case_f_llama32_1b_unfused_attention_1gpu_h200_config", attention="local_unfused"),
     "H": _case("A + distributed optimizer (DP=1: nothing sharded; params move into the DDP bf16 param buffer)",
                "case_h_llama32_1b_distributed_optimizer_1gpu_h200_config", use_distributed_optimizer=True),
+    "I": _case("A + hidden and attention dropout 0.1", "case_i_llama32_1b_dropout_1gpu_h200_config",
+               model_overrides={"hidden_dropout": 0.1, "attention_dropout": 0.1}),
+    "J": _case("A with tied embeddings (output layer shares the word embeddings)",
+               "case_j_llama32_1b_tied_embeddings_1gpu_h200_config", tied=True),
+    "K": _case("A with MCore's native fused cross-entropy",
+               "case_k_llama32_1b_native_fused_cross_entropy_1gpu_h200_config",
+               model_overrides={"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "native"}),
 }
 
 DRY_SHAPE = dict(num_layers=2, hidden_size=128, ffn_hidden_size=256, num_attention_heads=4, num_query_groups=2,
@@ -468,7 +475,7 @@ def build_transformer_config(case: dict[str, Any], shape: dict[str, Any], dry: b
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    return TransformerConfig(
+    kwargs: dict[str, Any] = dict(
         num_layers=shape["num_layers"], hidden_size=shape["hidden_size"], ffn_hidden_size=shape["ffn_hidden_size"],
         num_attention_heads=shape["num_attention_heads"], num_query_groups=shape["num_query_groups"],
         kv_channels=shape["kv_channels"],
@@ -484,6 +491,8 @@ def build_transformer_config(case: dict[str, Any], shape: dict[str, Any], dry: b
         recompute_num_layers=case["recompute_num_layers"], recompute_modules=case["recompute_modules"],
         init_method_std=0.02, use_cpu_initialization=dry, perform_initialization=True,
     )
+    kwargs.update(case.get("model_overrides") or {})
+    return TransformerConfig(**kwargs)
 
 
 def config_record(case: dict[str, Any], shape: dict[str, Any], seq: int, config: Any, iterations: int) -> dict[str, Any]:
@@ -493,13 +502,15 @@ def config_record(case: dict[str, Any], shape: dict[str, Any], seq: int, config:
     return {
         "model": {**shape, "seq_length": seq, "normalization": "RMSNorm", "gated_linear_unit": True,
                   "activation_func": "silu", "bias_activation_fusion": True, "add_bias_linear": False,
-                  "share_embeddings_and_output_weights": False, "position_embedding_type": "rope",
-                  "hidden_dropout": 0.0, "attention_dropout": 0.0, "params_dtype": "bfloat16", "bf16": True,
+                  "share_embeddings_and_output_weights": bool(case.get("tied")), "position_embedding_type": "rope",
+                  "hidden_dropout": config.hidden_dropout, "attention_dropout": config.attention_dropout,
+                  "params_dtype": "bfloat16", "bf16": True,
                   "recompute_granularity": config.recompute_granularity,
                   "recompute_method": config.recompute_method,
                   "recompute_num_layers": config.recompute_num_layers,
                   "recompute_modules": list(config.recompute_modules or []),
-                  "cross_entropy_loss_fusion": False, "layer_spec": "local",
+                  "cross_entropy_loss_fusion": config.cross_entropy_loss_fusion,
+                  "cross_entropy_fusion_impl": config.cross_entropy_fusion_impl, "layer_spec": "local",
                   "masked_softmax_fusion": False, "attention_softmax_in_fp32": config.attention_softmax_in_fp32,
                   "core_attention": ("SDPAFlashCoreAttention (torch SDPA, causal)" if attention == "sdpa_flash"
                                      else "megatron.core DotProductAttention (unfused)"),
@@ -612,7 +623,7 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
     t = time.time()
     base = GPTModel(
         config=config, transformer_layer_spec=spec, vocab_size=shape["vocab_size"], max_sequence_length=seq,
-        pre_process=True, post_process=True, parallel_output=True, share_embeddings_and_output_weights=False,
+        pre_process=True, post_process=True, parallel_output=True, share_embeddings_and_output_weights=bool(case.get("tied")),
         position_embedding_type="rope", rotary_base=shape["rotary_base"],
     )
     if use_cuda:
@@ -623,7 +634,8 @@ def _worker_body(args: argparse.Namespace, case: dict[str, Any], rec: dict[str, 
         by_dtype[str(p.dtype)] = by_dtype.get(str(p.dtype), 0) + p.numel() * p.element_size()
     rec["params"] = {"total": int(n_params), "bytes_by_dtype": by_dtype,
                      "embedding": int(base.embedding.word_embeddings.weight.numel()),
-                     "output_layer": int(base.output_layer.weight.numel()),
+                     "output_layer": int(base.output_layer.weight.numel()) if base.output_layer.weight is not None
+                     else 0,
                      "per_layer": int(sum(p.numel() for p in base.decoder.layers[0].parameters()))}
     rec["modules"] = {"core_attention": type(base.decoder.layers[0].self_attention.core_attention).__name__,
                       "input_layernorm": type(base.decoder.layers[0].input_layernorm).__name__,

@@ -171,3 +171,26 @@ def case_h_llama32_1b_distributed_optimizer_1gpu_h200_config() -> ConfigContaine
     """H: A with the distributed optimizer (DP=1: nothing is sharded; DDP adds a contiguous bf16 param buffer)."""
     cfg = _llama_calibration(use_distributed_optimizer=True)
     return cfg
+
+
+def case_i_llama32_1b_dropout_1gpu_h200_config() -> ConfigContainer:
+    """I: A with hidden and attention dropout 0.1 (dropout masks saved; flash attention regenerates its own)."""
+    cfg = _llama_calibration()
+    cfg.model.hidden_dropout = 0.1
+    cfg.model.attention_dropout = 0.1
+    return cfg
+
+
+def case_j_llama32_1b_tied_embeddings_1gpu_h200_config() -> ConfigContainer:
+    """J: A with the output layer sharing the word-embedding weight (as the real Llama-3.2-1B)."""
+    cfg = _llama_calibration()
+    cfg.model.share_embeddings_and_output_weights = True
+    return cfg
+
+
+def case_k_llama32_1b_native_fused_cross_entropy_1gpu_h200_config() -> ConfigContainer:
+    """K: A with MCore's fused vocab-parallel cross-entropy (cross_entropy_fusion_impl="native")."""
+    cfg = _llama_calibration()
+    cfg.model.cross_entropy_loss_fusion = True
+    cfg.model.cross_entropy_fusion_impl = "native"
+    return cfg
