@@ -2,7 +2,8 @@
 
 An entry holds the findings of one file's recipes and the content hash of every linted file those
 recipes depend on (the file and everything it imports, transitively). It is used only when all of
-them are unchanged and the tool version, settings and options are the same, so it is never stale;
+them are unchanged and the engine (version, installed code and data: :mod:`mbmem_lint.fingerprint`),
+settings and options are the same, so it is never stale;
 deleting ``.cache/mbmem-lint`` is always safe. Runs that show or apply fixes (``--fix``, the JSON and
 SARIF formats) store the fix edits too; an entry stored without them is a miss for such a run.
 """
@@ -16,7 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mbmem_lint import __version__
 from mbmem_lint.diagnostics import Diagnostic, Edit, Fix, Location
 from mbmem_lint.settings import Settings, cache_root, safe_resolve
 
@@ -58,7 +58,9 @@ class ResultsCache:
     @classmethod
     def for_run(cls, settings: Settings, options: Any) -> ResultsCache:
         base = cache_root(settings)
-        context = f"{__version__}|{FORMAT}|{settings!r}|{options!r}"
+        from mbmem_lint.fingerprint import engine_fingerprint
+
+        context = f"{engine_fingerprint()}|{FORMAT}|{settings!r}|{options!r}"
         return cls(base / f"results-v{FORMAT}", hashlib.sha256(context.encode()).hexdigest())
 
     def _entry_path(self, path: str) -> Path:

@@ -161,3 +161,29 @@ def test_parallel_worker_error_is_a_finding_not_a_traceback(tmp_path: Path, monk
     internal = [d for d in run.diagnostics if d.code == "MBM001"]
     assert sorted(d.location.path for d in internal) == ["helpers.py", "recipe.py"]
     assert all("RuntimeError: boom" in d.message for d in internal)
+
+
+def test_engine_fingerprint_follows_installed_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An edited rule or data file with the same version number must not reuse cached results.
+    from mbmem_lint import fingerprint
+    from mbmem_lint.results_cache import ResultsCache
+
+    pkg = tmp_path / "pkg"
+    (pkg / "__pycache__").mkdir(parents=True)
+    (pkg / "rule.py").write_text("X = 1\n", encoding="utf-8")
+    (pkg / "__pycache__" / "rule.cpython-312.pyc").write_bytes(b"\0")
+    monkeypatch.setattr(fingerprint, "_package_dirs", lambda: [str(pkg)])
+    fingerprint.engine_fingerprint.cache_clear()
+    try:
+        first = fingerprint.engine_fingerprint()
+        settings, options = Settings(cache=True, root=tmp_path), ResolveOptions()
+        context = ResultsCache.for_run(settings, options).context
+        (pkg / "__pycache__" / "rule.cpython-312.pyc").write_bytes(b"\0\0")  # bytecode: ignored
+        fingerprint.engine_fingerprint.cache_clear()
+        assert fingerprint.engine_fingerprint() == first
+        (pkg / "rule.py").write_text("X = 22\n", encoding="utf-8")
+        fingerprint.engine_fingerprint.cache_clear()
+        assert fingerprint.engine_fingerprint() != first
+        assert ResultsCache.for_run(settings, options).context != context
+    finally:
+        fingerprint.engine_fingerprint.cache_clear()

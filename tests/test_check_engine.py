@@ -11,7 +11,7 @@ from mbmem_lint.check.engine import Suppressions, exit_code, run_checks
 from mbmem_lint.check.registry import all_rules, explain_rule_text, get_rule, list_rules_text
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef
 from mbmem_lint.diagnostics import Diagnostic, Location
-from mbmem_lint.resolve.resolved import recipe_from_values
+from mbmem_lint.resolve.resolved import ResolvedRecipe, recipe_from_values
 from mbmem_lint.settings import Settings, parse_settings
 from mbmem_lint.sources import SourceFile
 
@@ -22,7 +22,7 @@ def _src(lines: list[str], path: str = "recipe.py") -> dict[str, SourceFile]:
     return {path: SourceFile(path, "\n".join(lines) + "\n", "python")}
 
 
-def _sp_recipe(path: str = "recipe.py"):  # type: ignore[no-untyped-def]
+def _sp_recipe(path: str = "recipe.py") -> ResolvedRecipe:
     # line 2: TP, line 3: SP (recipe_from_values puts field i at line i+2)
     r = recipe_from_values({"model.tensor_model_parallel_size": 1, "model.sequence_parallel": True}, path=path, world_size=8)
     r.pre_runtime = {"model.sequence_parallel": True}
@@ -151,7 +151,9 @@ def test_rules_json_lists_every_rule() -> None:
         assert d["name"] == r.name and d["severity"] == r.severity and d["summary"] == r.summary
         assert d["fixable"] is (r.fix_applicability is not None)
         assert d["fields"] == list(r.fields) and d["fields"]
-        assert d["source"] and all({"ref", "behaviour", "what"} <= set(s) for s in d["source"])
+        sources = d["source"]
+        assert isinstance(sources, list) and sources
+        assert all({"ref", "behaviour", "what"} <= set(s) for s in sources)
     json.dumps(data)  # JSON-able as it is
 
 

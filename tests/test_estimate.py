@@ -6,11 +6,12 @@ import pytest
 
 from mbmem_lint.estimate import EstimateUnavailable, UnknownGpuError, estimate_recipe, resolve_gpu
 from mbmem_lint.estimate.activations import layer_terms
-from mbmem_lint.estimate.inputs import read_inputs
+from mbmem_lint.estimate.inputs import Inputs, read_inputs
 from mbmem_lint.estimate.params import attention, dense_mlp, mamba, moe
 from mbmem_lint.estimate.pipeline import inflight_microbatches, stage_layer_indices
 from mbmem_lint.estimate.render import render_markdown, render_text
 from mbmem_lint.estimate.suggest import capacity_findings, suggestions
+from mbmem_lint.estimate.types import StageEstimate
 from mbmem_lint.resolve.resolved import UNKNOWN, recipe_from_values
 
 TINY = {
@@ -33,7 +34,13 @@ TINY = {
 }
 
 
-def _inp(**kw: object):
+def _bytes(stage: StageEstimate, name: str) -> int:
+    comp = stage.component(name)
+    assert comp is not None, name
+    return comp.bytes
+
+
+def _inp(**kw: object) -> Inputs:
     return read_inputs({**TINY, **kw}.get, 8)
 
 
@@ -102,10 +109,10 @@ def test_model_state_bytes_adam_distopt() -> None:
     est = estimate_recipe(recipe_from_values(vals, world_size=8))
     n = 2_621_440 + 12_582_912 + 2048 + 1024 + 2 * 32000 * 1024
     st = est.stages[0]
-    assert st.component("weights").bytes == 2 * n
-    assert st.component("gradients").bytes == 4 * n
-    assert st.component("main params").bytes == int(4 * n / 8)
-    assert st.component("optimizer states").bytes == int(8 * n / 8)
+    assert _bytes(st, "weights") == 2 * n
+    assert _bytes(st, "gradients") == 4 * n
+    assert _bytes(st, "main params") == int(4 * n / 8)
+    assert _bytes(st, "optimizer states") == int(8 * n / 8)
 
 
 def test_peft_freezes_base() -> None:
@@ -118,8 +125,8 @@ def test_peft_freezes_base() -> None:
     }
     st = estimate_recipe(recipe_from_values(vals, world_size=1)).stages[0]
     lora = 8 * (1024 + 12 * 128)  # A: 1024x8, B: 8x1536
-    assert st.component("gradients").bytes == 4 * lora
-    assert st.component("optimizer states").bytes == 8 * lora
+    assert _bytes(st, "gradients") == 4 * lora
+    assert _bytes(st, "optimizer states") == 8 * lora
 
 
 def test_activation_terms_sp_and_lora_regather() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from mbmem_lint.check.registry import all_rules
 from mbmem_lint.check.rule import Example, Rule
+from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.settings import parse_settings
 
 pipeline = pytest.importorskip("mbmem_lint.pipeline")
@@ -22,7 +23,7 @@ CASES_INVALID = [
 CASES_VALID = [(r, i, ex) for r in all_rules() for i, ex in enumerate(r.valid)]
 
 
-def _lint(ex: Example):  # type: ignore[no-untyped-def]
+def _lint(ex: Example) -> list[Diagnostic]:
     settings = parse_settings(dict(ex.settings), None)
     return pipeline.lint_source(ex.code, filename="recipe.py", yaml=ex.yaml, settings=settings)
 

@@ -39,27 +39,42 @@ ACT_FIELDS = ["model.seq_length", "train.micro_batch_size", "model.hidden_size",
               "model.virtual_pipeline_model_parallel_size"]
 
 
-def _activation_components(inp: Inputs, plan: StagePlan) -> tuple[list[Component], float]:
+class _KindTerms:
+    """Per estimate: each layer kind's (kept, offloaded) activation bytes, computed once for all stages
+    (layers of one kind have the same terms; deep models with many stages ask for them many times)."""
+
+    def __init__(self, inp: Inputs) -> None:
+        self.inp = inp
+        self.dropped = selective_drops(inp)
+        self.offloaded = offloaded_terms(inp)
+        self.by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
+
+    def get(self, kind: tuple[str, ...], index: int) -> tuple[float, float]:
+        hit = self.by_kind.get(kind)
+        if hit is None:
+            terms = layer_terms(self.inp, index)
+            dropped, offl = self.dropped, self.offloaded
+            hit = self.by_kind[kind] = (
+                sum(v for k, v in terms.items() if k not in dropped and k not in offl),
+                sum(v for k, v in terms.items() if k in offl and k not in dropped),
+            )
+        return hit
+
+
+def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms) -> tuple[list[Component], float]:
     par = inp.par
     layers = plan.layers
     passes = chunk_passes(par, plan.rank, len(plan.chunks), inp.train.num_microbatches)
     # Display value: in-flight microbatches in units of "whole stage" (layer-weighted).
     inflight = (sum(p * len(c) for p, c in zip(passes, plan.chunks)) / len(layers)) if layers else max(passes)
-    dropped = selective_drops(inp)
-    offl = offloaded_terms(inp)
     chunk_layers: list[list[float]] = []
     offloaded = 0.0
-    # Layers of the same kind have the same terms: compute each kind once (deep models, many calls).
-    by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
+    by_kind = kind_terms.by_kind
     for chunk in plan.chunks:
         kinds = layer_kinds(inp.shape, chunk)
         for kind, i in zip(kinds, chunk):
             if kind not in by_kind:
-                terms = layer_terms(inp, i)
-                by_kind[kind] = (
-                    sum(v for k, v in terms.items() if k not in dropped and k not in offl),
-                    sum(v for k, v in terms.items() if k in offl and k not in dropped),
-                )
+                kind_terms.get(kind, i)
         chunk_layers.append([by_kind[kd][0] for kd in kinds])
         for kd in kinds:  # in layer order, as floats add up
             offloaded += by_kind[kd][1]
@@ -121,11 +136,12 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
     plans = stage_plans(inp.shape.num_layers, inp.shape.mtp_layers, par, par.layout, assumptions)
     runtime = runtime_components(inp, gpu)
     stages: list[StageEstimate] = []
+    kind_terms = _KindTerms(inp)
     for plan in plans:
         rank, layers = plan.rank, plan.layers
         base, adapters = stage_params(inp, layers, plan.embedding, plan.loss)
         comps = model_state_components(inp, base, adapters, gpu.family)
-        act_comps, inflight = _activation_components(inp, plan)
+        act_comps, inflight = _activation_components(inp, plan, kind_terms)
         comps += act_comps
         if plan.embedding:
             emb_mb = chunk_passes(par, rank, len(plan.chunks), inp.train.num_microbatches)[0]

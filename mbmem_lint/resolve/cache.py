@@ -1,7 +1,7 @@
 """Optional on-disk cache of lowered Python files (``cache = true`` in ``[tool.mbmem-lint]``).
 
-Keyed by the file's content, the tool version and the IR format, so it is never stale; safe to
-delete. Entries are JSON (data only: nothing in the cache is ever executed).
+Keyed by the file's content, the IR format and the engine's fingerprint (version and the installed
+code and data, :mod:`mbmem_lint.fingerprint`), so it is never stale; safe to delete. Entries are JSON (data only: nothing in the cache is ever executed).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mbmem_lint import __version__
+from mbmem_lint.fingerprint import engine_fingerprint
 from mbmem_lint.settings import Settings, cache_root
 
 IR_FORMAT = 1
@@ -30,7 +30,7 @@ class IRCache:
         import hashlib  # the cache is optional: not on the default start-up path
 
         h = hashlib.sha256()
-        h.update(f"mbmem-lint {__version__} ir {IR_FORMAT}\0".encode())
+        h.update(f"mbmem-lint {engine_fingerprint()} ir {IR_FORMAT}\0".encode())
         h.update(text.encode("utf-8", "surrogatepass"))
         return h.hexdigest()
 
