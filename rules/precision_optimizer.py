@@ -321,9 +321,12 @@ def _mp_dead(ctx: RuleContext) -> Iterator[Finding]:
     mp = ctx.get("mixed_precision")
     if not is_known(mp) or mp is None:
         return
+    rewritten = ctx.r.pre_runtime  # only a path the runtime rewrote can have been overwritten
     for section, names in MP_TARGETS.items():
         for name in names:
             path = f"{section}.{name}"
+            if path not in rewritten:
+                continue
             w = ctx.user_write(path)
             if w is None or w.origin not in ("recipe", "yaml", "cli"):
                 continue

@@ -109,6 +109,11 @@ class RuntimeRewriter:
         if _same(old, value):
             return
         anchor = self.anchor(causes[0]) if causes else self.fallback
+        self._write(o, name, path, old, value, anchor, reason, causes)
+
+    def _write(self, o: Obj, name: str, path: str, old: Any, value: Any, anchor: Location, reason: str,
+               causes: list[str]) -> None:
+        """Record one rewrite of ``o.name`` (``path``) whose current value ``old`` differs from ``value``."""
         if isinstance(value, Obj) or isinstance(old, Obj):
             self._objs.clear()
         prov = Prov(anchor, anchor, "runtime", self.interp.next_seq(), None, None, None, note=reason)
@@ -189,6 +194,7 @@ class RuntimeRewriter:
         for name in names:
             slot = self.interp.get_slot(mp, name)
             values[name] = slot.value if slot is not None else Unknown(f"mixed_precision.{name}")
+        anchor = self.anchor("mixed_precision")
         for section in ("model", "optimizer", "ddp"):
             target = self.obj(section)
             if target is None:
@@ -198,11 +204,16 @@ class RuntimeRewriter:
                     continue
                 new = values[name]
                 slot = self.interp.get_slot(target, name)
-                if slot is not None and _same(slot.value, new):
+                old = slot.value if slot is not None else Unknown(f"{section}.{name} is not a field")
+                if _same(old, new):
                     continue  # update_config_with_precision_overrides writes only values that differ
-                self.set(f"{section}.{name}", new,
-                         f"mixed precision setup() copies mixed_precision.{name} onto {section} "
-                         "(training/mixed_precision.py:138)", ["mixed_precision", f"mixed_precision.{name}"])
+                self._write(target, name, f"{section}.{name}", old, new, anchor,
+                            f"mixed precision setup() copies mixed_precision.{name} onto {section} "
+                            "(training/mixed_precision.py:138)", ["mixed_precision", f"mixed_precision.{name}"])
+                if isinstance(new, Obj) or isinstance(old, Obj):
+                    target = self.obj(section)  # the object cache was cleared
+                    if target is None:
+                        break
 
     def _havoc_precision(self, section: str, why: str) -> None:
         """Every field the unknown precision recipe would copy onto ``section`` is unknown."""
