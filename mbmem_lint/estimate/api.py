@@ -214,13 +214,20 @@ def estimate_recipe(recipe: ResolvedRecipe, *, gpu: str | None = None, world_siz
     Raises :class:`EstimateUnavailable` when the model shape is unknown and
     :class:`~mbmem_lint.estimate.gpus.UnknownGpuError` for an unknown GPU name.
     """
-    # Capacity rules and suggestions ask for the same estimate several times per recipe.
-    cache: dict[Any, Estimate] = recipe.__dict__.setdefault("_estimate_cache", {})
+    # Capacity rules and suggestions ask for the same estimate several times per recipe (an unknown shape
+    # too: it is remembered as such).
+    cache: dict[Any, Estimate | EstimateUnavailable] = recipe.__dict__.setdefault("_estimate_cache", {})
     key = (gpu, world_size, tuple(sorted((k, repr(v)) for k, v in overrides.items())) if overrides else None)
     hit = cache.get(key)
+    if isinstance(hit, EstimateUnavailable):
+        raise hit.with_traceback(None)
     if hit is not None:
         return hit
-    est = _estimate_recipe(recipe, gpu=gpu, world_size=world_size, overrides=overrides)
+    try:
+        est = _estimate_recipe(recipe, gpu=gpu, world_size=world_size, overrides=overrides)
+    except EstimateUnavailable as exc:
+        cache[key] = exc
+        raise
     cache[key] = est
     return est
 
