@@ -23,7 +23,7 @@ from mbmem_lint.estimate.overheads import (
     runtime_components,
     unfused_score_buffer_component,
 )
-from mbmem_lint.estimate.params import layer_kinds
+from mbmem_lint.estimate.params import Params, layer_kinds
 from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
 from mbmem_lint.resolve.resolved import ResolvedRecipe
@@ -48,6 +48,7 @@ class _KindTerms:
         self.dropped = selective_drops(inp)
         self.offloaded = offloaded_terms(inp)
         self.by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
+        self.by_chunk: dict[tuple[tuple[str, ...], ...], tuple[list[float], list[float]]] = {}
 
     def get(self, kind: tuple[str, ...], index: int) -> tuple[float, float]:
         hit = self.by_kind.get(kind)
@@ -60,6 +61,16 @@ class _KindTerms:
             )
         return hit
 
+    def chunk(self, indices: list[int]) -> tuple[list[float], list[float]]:
+        """(kept, offloaded) bytes of each layer of a chunk; chunks of the same kinds share one answer."""
+        kinds = layer_kinds(self.inp.shape, indices)
+        key = tuple(kinds)
+        hit = self.by_chunk.get(key)
+        if hit is None:
+            vals = [self.get(k, i) for k, i in zip(kinds, indices)]
+            hit = self.by_chunk[key] = ([v[0] for v in vals], [v[1] for v in vals])
+        return hit
+
 
 def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms) -> tuple[list[Component], float]:
     par = inp.par
@@ -69,16 +80,12 @@ def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms)
     inflight = (sum(p * len(c) for p, c in zip(passes, plan.chunks)) / len(layers)) if layers else max(passes)
     chunk_layers: list[list[float]] = []
     offloaded = 0.0
-    by_kind = kind_terms.by_kind
     for chunk in plan.chunks:
-        kinds = layer_kinds(inp.shape, chunk)
-        for kind, i in zip(kinds, chunk):
-            if kind not in by_kind:
-                kind_terms.get(kind, i)
-        chunk_layers.append([by_kind[kd][0] for kd in kinds])
-        for kd in kinds:  # in layer order, as floats add up
-            offloaded += by_kind[kd][1]
-    per_layer = [x for vals in chunk_layers for x in vals]
+        kept, offl = kind_terms.chunk(chunk)
+        chunk_layers.append(kept)
+        if kind_terms.offloaded:
+            for x in offl:  # in layer order, as floats add up
+                offloaded += x
     comps: list[Component] = []
     fields = list(ACT_FIELDS)
     if par.layout is not None:
@@ -89,7 +96,7 @@ def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms)
         fields += ["peft.sequence_parallel_input_regather", "peft.target_modules"]
     transient = 0.0
     act = 0.0
-    if inp.rec.granularity == "full" and per_layer:
+    if inp.rec.granularity == "full" and layers:
         n = max(1, inp.rec.num_layers)
         keep = layer_input_bytes(inp)
         for block, p in zip(chunk_layers, passes):
@@ -111,7 +118,8 @@ def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms)
         one = offloaded / max(1, len(layers))
         act += one
         fields += ["model.fine_grained_activation_offloading", "model.offload_modules"]
-    if inp.off.cpu_offloading and inp.off.cpu_activations and inp.off.cpu_layers > 0 and per_layer:
+    if inp.off.cpu_offloading and inp.off.cpu_activations and inp.off.cpu_layers > 0 and layers:
+        per_layer = [x for vals in chunk_layers for x in vals]
         k = min(inp.off.cpu_layers, len(per_layer))
         act -= max(0.0, sum(per_layer[:k]) - per_layer[0]) * inflight
         fields += ["model.cpu_offloading", "model.cpu_offloading_num_layers"]
@@ -137,10 +145,19 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
     runtime = runtime_components(inp, gpu)
     stages: list[StageEstimate] = []
     kind_terms = _KindTerms(inp)
+    # Stages with the same layer kinds and the same embedding/loss placement hold the same parameters (the
+    # middle stages of a deep pipeline): count them once. Components are never mutated, so stages share them.
+    state_memo: dict[tuple[Any, ...], tuple[Params, Params, list[Component]]] = {}
+    nl = inp.shape.num_layers  # layers at or above it are MTP layers (their parameters differ)
     for plan in plans:
         rank, layers = plan.rank, plan.layers
-        base, adapters = stage_params(inp, layers, plan.embedding, plan.loss)
-        comps = model_state_components(inp, base, adapters, gpu.family)
+        key = (tuple(layer_kinds(inp.shape, layers)), plan.embedding, plan.loss, sum(i >= nl for i in layers))
+        hit = state_memo.get(key)
+        if hit is None:
+            base, adapters = stage_params(inp, layers, plan.embedding, plan.loss)
+            hit = state_memo[key] = (base, adapters, model_state_components(inp, base, adapters, gpu.family))
+        base, adapters = hit[0], hit[1]
+        comps = list(hit[2])
         act_comps, inflight = _activation_components(inp, plan, kind_terms)
         comps += act_comps
         if plan.embedding:
