@@ -128,6 +128,9 @@ CASES: dict[str, dict[str, Any]] = {
     "K": _case("A with MCore's native fused cross-entropy",
                "case_k_llama32_1b_native_fused_cross_entropy_1gpu_h200_config",
                model_overrides={"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "native"}),
+    "L": _case("F with the softmax in bf16 (attention_softmax_in_fp32=False, as Bridge's GPTModelProvider)",
+               "case_l_llama32_1b_unfused_attention_bf16_softmax_1gpu_h200_config", attention="local_unfused",
+               model_overrides={"attention_softmax_in_fp32": False}),
 }
 
 DRY_SHAPE = dict(num_layers=2, hidden_size=128, ffn_hidden_size=256, num_attention_heads=4, num_query_groups=2,

@@ -194,3 +194,11 @@ def case_k_llama32_1b_native_fused_cross_entropy_1gpu_h200_config() -> ConfigCon
     cfg.model.cross_entropy_loss_fusion = True
     cfg.model.cross_entropy_fusion_impl = "native"
     return cfg
+
+
+def case_l_llama32_1b_unfused_attention_bf16_softmax_1gpu_h200_config() -> ConfigContainer:
+    """L: F with the softmax in bf16 (attention_softmax_in_fp32=False, Bridge's GPTModelProvider default)."""
+    cfg = _llama_calibration()
+    cfg.model.attention_backend = AttnBackend.local
+    cfg.model.attention_softmax_in_fp32 = False
+    return cfg
