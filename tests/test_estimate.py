@@ -409,6 +409,12 @@ def test_unfused_attention_softmax_kernel_and_torch_fallback() -> None:
     assert [c.bytes for c in buf] == [2 * probs] and buf[0].kind == "workspace"
     flash = estimate_recipe(recipe_from_values(TINY, world_size=1)).stages[0]
     assert not any(c.name == "unfused-attention score buffer" for c in flash.components)
+    # Counting on the fused kernel is an assumption, and the estimate says so; the fallback is not one.
+    kernel = {**local, "model.masked_softmax_fusion": True, "model.attention_softmax_in_fp32": True}
+    said = estimate_recipe(recipe_from_values({**TINY, **kernel}, world_size=1)).assumptions
+    assert any("fused masked-softmax kernel" in a for a in said)
+    said = estimate_recipe(recipe_from_values({**TINY, **fallback}, world_size=1)).assumptions
+    assert not any("fused masked-softmax kernel" in a for a in said)
 
 
 def test_full_recompute_transient_overlaps_the_logits_peak_on_the_last_stage() -> None:
