@@ -1,7 +1,8 @@
 """Deep copies of abstract values (``copy.deepcopy`` in recipes; memoised call results).
 
-``remap`` maps ``id(anchor Location)`` → replacement: a memoised call result re-used at another
-call site points its library-set values at the new call site.
+``remap`` is ``(old anchor, new anchor)``: a memoised call result re-used at another call site points
+its library-set values (those anchored at the first call site, the very same Location object) at the new
+call site.
 
 Every memoised library call (``_pretrain_common()``, ``llama3_8b_pretrain_config()``) is copied
 on each use, a few hundred slots each, so the slot copy is written for speed: plain values and
@@ -16,7 +17,7 @@ from mbmem_lint.diagnostics import Location
 from mbmem_lint.resolve.resolved import PLAIN_TYPES
 from mbmem_lint.resolve.values import DictVal, Obj, Prov, Slot, WriteRec
 
-Remap = dict[int, Location]
+Remap = tuple[Location, Location]
 
 
 def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = None) -> Any:
@@ -51,12 +52,9 @@ def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = 
 
 
 def _prov(p: Prov, remap: Remap | None) -> Prov:
-    if remap is None:
+    if remap is None or p.anchor is not remap[0]:
         return p
-    new_anchor = remap.get(id(p.anchor))
-    if new_anchor is None:
-        return p
-    return Prov(p.loc, new_anchor, p.origin, p.seq, p.stmt, p.target_text, p.function, p.note)
+    return Prov(p.loc, remap[1], p.origin, p.seq, p.stmt, p.target_text, p.function, p.note)
 
 
 def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | None) -> dict[str, Slot]:
@@ -68,13 +66,17 @@ def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | No
             v = s.value
             out[name] = Slot(v if type(v) in plain else clone(v, memo, None), s.prov, s.history)
         return out
+    old, new = remap
     for name, s in table.items():
         v = s.value
         value = v if type(v) in plain else clone(v, memo, remap)
         history = s.history
         for w in history:
-            if id(w.prov.anchor) in remap:
+            if w.prov.anchor is old:
                 history = tuple(WriteRec(r.value, _prov(r.prov, remap), r.valid) for r in history)
                 break
-        out[name] = Slot(value, _prov(s.prov, remap), history)
+        p = s.prov
+        if p.anchor is old:
+            p = Prov(p.loc, new, p.origin, p.seq, p.stmt, p.target_text, p.function, p.note)
+        out[name] = Slot(value, p, history)
     return out

@@ -884,7 +884,7 @@ class Interpreter:
             result, stored_anchor, notes, last_locals = hit
             for n in notes:
                 self.note(n)
-            remap = {id(stored_anchor): anchor} if stored_anchor is not anchor else None
+            remap = (stored_anchor, anchor) if stored_anchor is not anchor else None
             memo: dict[int, Any] = {}
             out = clone(result, memo, remap)
             self.last_locals = {k: memo.get(id(v), v) for k, v in last_locals.items()}
