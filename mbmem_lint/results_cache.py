@@ -3,8 +3,7 @@
 An entry holds the findings of one file's recipes and the content hash of every linted file those
 recipes depend on (the file and everything it imports, transitively). It is used only when all of
 them are unchanged and the engine (version, installed code and data: :mod:`mbmem_lint.fingerprint`),
-settings and options are the same, so it is never stale;
-deleting ``.cache/mbmem-lint`` is always safe. Runs that show or apply fixes (``--fix``, the JSON and
+settings and options are the same, so it is never stale; deleting ``.cache/mbmem-lint`` is always safe. Runs that show or apply fixes (``--fix``, the JSON and
 SARIF formats) store the fix edits too; an entry stored without them is a miss for such a run.
 """
 

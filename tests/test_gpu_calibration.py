@@ -7,6 +7,7 @@ moves a calibrated case away from its measurement fails here.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import io
 import json
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "gpu_calibration" / "results" / "2026-11-30-h200"
 
 
+@functools.cache
 def _compare_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gpu_compare", ROOT / "bench" / "gpu_calibration" / "compare.py")
     assert spec is not None and spec.loader is not None

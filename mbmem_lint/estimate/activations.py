@@ -59,6 +59,12 @@ def lora_regather_active(inp: Inputs, surface: str) -> bool:
     return not (surface == "fc1" and inp.rec.granularity == "selective" and "mlp" in inp.rec.modules)
 
 
+def attention_scores(inp: Inputs) -> float:
+    """Elements of one layer's attention-score matrix on this rank, b·np·sq·sk (CP splits the sequence)."""
+    sl = inp.train.seq / inp.par.cp
+    return inp.train.mbs * inp.shape.heads / inp.par.tp * sl * sl
+
+
 def core_attn_checkpointed(inp: Inputs) -> bool:
     return inp.rec.granularity == "selective" and "core_attn" in inp.rec.modules
 
@@ -85,7 +91,7 @@ def unfused_attention_internal(inp: Inputs, kind: str) -> float:
     """
     s, p = inp.shape, inp.par
     T, t = tokens(inp), p.tp
-    probs = T * s.heads * (inp.train.seq / p.cp) / t
+    probs = attention_scores(inp)
     dropout = s.attention_dropout > 0
     if fused_softmax_applies(inp) or not inp.rt.softmax_fp32:
         per = 2 + (3 if dropout else 0)

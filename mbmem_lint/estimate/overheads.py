@@ -3,10 +3,10 @@ padding and the allocator fragmentation reserve. Constants come from ``data/gpus
 
 from __future__ import annotations
 
-from mbmem_lint.estimate.activations import tokens
+from mbmem_lint.estimate.activations import attention_scores, tokens
 from mbmem_lint.estimate.gpus import GpuSpec
 from mbmem_lint.estimate.inputs import Inputs
-from mbmem_lint.estimate.params import layer_sublayers
+from mbmem_lint.estimate.params import layer_kinds, layer_sublayers
 from mbmem_lint.estimate.types import ALLOCATED_KINDS, Component
 
 _SCOPE_KINDS = {"attn": {"attn", "mla"}, "mlp": {"mlp"}, "moe": {"moe"}, "moe_router": {"moe"},
@@ -93,11 +93,9 @@ def unfused_score_buffer_component(inp: Inputs, layers: list[int]) -> Component 
     """Unfused attention writes its raw scores [b·np, sq, sk] with baddbmm into one global buffer
     (dot_product_attention.py L186-190: ``get_global_memory_buffer().get_tensor(..., "mpu")``), allocated once
     and kept for the whole run. Measured on H200: +1.0 GiB held after step 1 at 32 heads, seq 4096 (case F)."""
-    if inp.rt.flash or not any(k in ("attn", "mla") for i in layers for k in layer_sublayers(inp.shape, i)):
+    if inp.rt.flash or not any(k in ("attn", "mla") for kind in layer_kinds(inp.shape, layers) for k in kind):
         return None
-    sl = inp.train.seq / inp.par.cp
-    elems = inp.train.mbs * inp.shape.heads / inp.par.tp * sl * sl
-    return Component("unfused-attention score buffer", int(2 * elems), [
+    return Component("unfused-attention score buffer", int(2 * attention_scores(inp)), [
         "model.attention_backend", "model.seq_length", "train.micro_batch_size"], kind="workspace")
 
 

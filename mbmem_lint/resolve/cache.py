@@ -1,7 +1,8 @@
 """Optional on-disk cache of lowered Python files (``cache = true`` in ``[tool.mbmem-lint]``).
 
 Keyed by the file's content, the IR format and the engine's fingerprint (version and the installed
-code and data, :mod:`mbmem_lint.fingerprint`), so it is never stale; safe to delete. Entries are JSON (data only: nothing in the cache is ever executed).
+code and data, :mod:`mbmem_lint.fingerprint`), so it is never stale; safe to delete. Entries are JSON
+(data only: nothing in the cache is ever executed).
 """
 
 from __future__ import annotations
