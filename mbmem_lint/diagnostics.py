@@ -14,21 +14,60 @@ SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 Applicability = Literal["safe", "unsafe", "display-only"]
 
 
-@dataclass(frozen=True, order=True)
 class Location:
     """A span in a file. Lines are 1-based, columns 1-based (as shown to users).
 
     ``path`` is the path as the user gave it on the command line (or as discovered
     under a path they gave); library locations use the package-relative path
     (``megatron/bridge/recipes/...``) and set ``in_library``.
+
+    A value: compared, hashed and ordered by its fields, never changed after construction. Written
+    by hand rather than as a frozen dataclass because the resolver makes tens of thousands per run
+    and a frozen dataclass's ``__init__`` (``object.__setattr__`` per field) cost ~3x as much.
     """
+
+    __slots__ = ("path", "line", "column", "end_line", "end_column", "in_library")
 
     path: str
     line: int
-    column: int = 1
-    end_line: int | None = None
-    end_column: int | None = None
-    in_library: bool = False
+    column: int
+    end_line: int | None
+    end_column: int | None
+    in_library: bool
+
+    def __init__(self, path: str, line: int, column: int = 1, end_line: int | None = None,
+                 end_column: int | None = None, in_library: bool = False) -> None:
+        self.path = path
+        self.line = line
+        self.column = column
+        self.end_line = end_line
+        self.end_column = end_column
+        self.in_library = in_library
+
+    def _key(self) -> tuple[str, int, int, int | None, int | None, bool]:
+        return (self.path, self.line, self.column, self.end_line, self.end_column, self.in_library)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Location) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __lt__(self, other: Location) -> bool:
+        return self._key() < other._key() if isinstance(other, Location) else NotImplemented
+
+    def __le__(self, other: Location) -> bool:
+        return self._key() <= other._key() if isinstance(other, Location) else NotImplemented
+
+    def __gt__(self, other: Location) -> bool:
+        return self._key() > other._key() if isinstance(other, Location) else NotImplemented
+
+    def __ge__(self, other: Location) -> bool:
+        return self._key() >= other._key() if isinstance(other, Location) else NotImplemented
+
+    def __repr__(self) -> str:
+        return (f"Location(path={self.path!r}, line={self.line!r}, column={self.column!r}, end_line={self.end_line!r}, "
+                f"end_column={self.end_column!r}, in_library={self.in_library!r})")
 
     def with_path(self, path: str) -> Location:
         return Location(path, self.line, self.column, self.end_line, self.end_column, self.in_library)

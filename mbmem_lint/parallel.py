@@ -12,6 +12,7 @@ Nothing user-supplied is pickled into the workers: they inherit the discovered s
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from dataclasses import dataclass
@@ -111,14 +112,8 @@ def _run_task(index: int) -> TaskResult:
     try:
         return _task(work, index)
     except Exception as exc:  # reported, not raised
-        from mbmem_lint.diagnostics import Location
-        from mbmem_lint.resolve.resolver import tool_diagnostic
-
         paths = [s.path for s in work.found.yaml] if index == YAML_TASK else work.groups[index]
-        diags = [tool_diagnostic("MBM001", "internal-error", "error",
-                                 f"internal error while checking this file: {type(exc).__name__}: {exc}",
-                                 Location(p, 1, 1)) for p in paths]
-        return TaskResult(diags, [f"{p}: internal error {exc!r}" for p in paths], 0)
+        return _failure(paths, f"{type(exc).__name__}: {exc}")
     finally:
         gc.collect(1)
 
@@ -151,8 +146,6 @@ def _task(work: _Work, index: int) -> TaskResult:
 
 def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
                  need_edits: bool) -> list[TaskResult]:
-    import multiprocessing
-
     global _WORK
     from mbmem_lint.resolve.library import LibrarySummary
     from mbmem_lint.resolve.schema import Schema
@@ -167,9 +160,109 @@ def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions,
     tasks = ([YAML_TASK] if found.yaml else []) + list(range(len(groups)))
     _WORK = _Work(found, settings, options, groups, need_edits)
     try:
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(min(jobs, len(tasks))) as pool:
-            return list(pool.imap_unordered(_run_task, tasks, chunksize=1))
+        return _fork_map(tasks, min(jobs, len(tasks)))
     finally:
         _WORK = None
         gc.unfreeze()
+
+
+_TASK_BYTES = 4  # one queue entry: a task index, little-endian signed
+
+
+def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
+    """``_run_task`` over ``tasks`` on ``jobs`` forked workers, each taking the next task as it frees up.
+
+    Plain ``os.fork`` and pipes rather than ``multiprocessing``: importing ``multiprocessing.pool``
+    alone took ~35 ms, paid before the first task starts. The queue is a pipe holding every task
+    index, written before the first fork and then closed: reads of one entry from a pipe are
+    atomic, so each read hands one task to one worker, and an empty read means the queue is done.
+    Each worker sends back the pickled results of all its tasks when the queue is empty. A worker
+    that dies without sending them (killed, out of memory) turns the tasks nobody reported into
+    MBM001 findings rather than a hang.
+    """
+    import pickle
+
+    queue_r, queue_w = os.pipe()
+    payload = b"".join(t.to_bytes(_TASK_BYTES, "little", signed=True) for t in tasks)
+    assert len(payload) < 65536, "the whole queue must fit in the pipe buffer"  # 16k tasks; plans make < 100
+    os.write(queue_w, payload)
+    os.close(queue_w)
+    workers: list[tuple[int, int]] = []
+    running: set[int] = set()
+    unread: set[int] = set()
+    try:
+        for _ in range(jobs):
+            result_r, result_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns
+                os.close(result_r)
+                _worker_main(queue_r, result_w)
+            os.close(result_w)
+            workers.append((pid, result_r))
+            running.add(pid)
+            unread.add(result_r)
+        os.close(queue_r)
+        queue_r = -1
+        results: list[TaskResult] = []
+        done: set[int] = set()
+        for pid, fd in workers:
+            # Workers write only after their last task, so reading them in turn never stalls one.
+            unread.discard(fd)
+            with os.fdopen(fd, "rb") as stream:
+                data = stream.read()
+            os.waitpid(pid, 0)
+            running.discard(pid)
+            try:
+                part: list[tuple[int, TaskResult]] = pickle.loads(data)
+            except Exception:  # the worker died before (or while) reporting
+                continue
+            for index, result in part:
+                done.add(index)
+                results.append(result)
+        results += [_lost_task(i) for i in tasks if i not in done]
+        return results
+    finally:
+        for fd in ([queue_r] if queue_r >= 0 else []) + sorted(unread):
+            os.close(fd)
+        for pid in running:  # only after an error or Ctrl-C in the parent: stop the rest
+            import signal
+
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+                os.waitpid(pid, 0)
+
+
+def _worker_main(queue_r: int, result_w: int) -> None:
+    import pickle
+
+    status = 1
+    try:
+        out: list[tuple[int, TaskResult]] = []
+        while True:
+            entry = os.read(queue_r, _TASK_BYTES)
+            if len(entry) < _TASK_BYTES:
+                break
+            index = int.from_bytes(entry, "little", signed=True)
+            out.append((index, _run_task(index)))
+        with os.fdopen(result_w, "wb") as stream:
+            stream.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+        status = 0
+    finally:
+        # No interpreter shutdown: the parent's atexit handlers and unflushed buffers are not ours.
+        os._exit(status)
+
+
+def _lost_task(index: int) -> TaskResult:
+    work = _WORK
+    assert work is not None
+    paths = [s.path for s in work.found.yaml] if index == YAML_TASK else work.groups[index]
+    return _failure(paths, "the worker process checking this file exited without reporting")
+
+
+def _failure(paths: list[str], why: str) -> TaskResult:
+    from mbmem_lint.diagnostics import Location
+    from mbmem_lint.resolve.resolver import tool_diagnostic
+
+    diags = [tool_diagnostic("MBM001", "internal-error", "error", f"internal error while checking this file: {why}",
+                             Location(p, 1, 1)) for p in paths]
+    return TaskResult(diags, [f"{p}: internal error ({why})" for p in paths], 0)

@@ -52,12 +52,14 @@ PARALLEL_MIN_FILES = 48  # below this, process start-up costs more than it saves
 
 def _jobs(n_files: int) -> int:
     env = os.environ.get("MBMEM_LINT_JOBS")
+    if not hasattr(os, "fork"):
+        return 1  # workers are forked (mbmem_lint/parallel.py)
     if env is not None:
         try:
             return max(1, int(env))
         except ValueError:
             return 1
-    if n_files < PARALLEL_MIN_FILES or not hasattr(os, "fork"):
+    if n_files < PARALLEL_MIN_FILES:
         return 1
     return max(1, min(os.cpu_count() or 1, 8))
 

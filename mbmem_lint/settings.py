@@ -67,6 +67,18 @@ def cache_root(settings: Settings) -> Path:
     return Path(env) if env else (settings.root or Path.cwd()) / ".cache" / "mbmem-lint"
 
 
+@functools.lru_cache(maxsize=16384)
+def _relative(root: Path | None, path: str | Path) -> str:
+    # Memoised like safe_resolve: per-file settings are looked up for every recipe and finding.
+    p = safe_resolve(path)
+    if root is not None:
+        try:
+            return p.relative_to(safe_resolve(root)).as_posix()
+        except ValueError:
+            pass
+    return Path(path).as_posix()
+
+
 class SettingsError(ValueError):
     """Invalid ``[tool.mbmem-lint]`` content; reported with exit code 2."""
 
@@ -104,13 +116,7 @@ class Settings:
 
     def relative(self, path: str | Path) -> str:
         """``path`` relative to the settings root, with forward slashes (for glob matching)."""
-        p = safe_resolve(path)
-        if self.root is not None:
-            try:
-                return p.relative_to(safe_resolve(self.root)).as_posix()
-            except ValueError:
-                pass
-        return Path(path).as_posix()
+        return _relative(self.root, path)
 
     def target_for(self, path: str | Path) -> TargetOverride:
         rel = self.relative(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,6 +162,28 @@ def test_parallel_worker_error_is_a_finding_not_a_traceback(tmp_path: Path, monk
     internal = [d for d in run.diagnostics if d.code == "MBM001"]
     assert sorted(d.location.path for d in internal) == ["helpers.py", "recipe.py"]
     assert all("RuntimeError: boom" in d.message for d in internal)
+
+
+def test_parallel_worker_that_dies_is_a_finding_not_a_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed mid-task (out of memory, a signal) sends nothing back: the files of every task
+    it did not report become MBM001 findings."""
+    from mbmem_lint.resolve.resolver import Resolver
+
+    _tree(tmp_path, pp=2)
+    real_adopt = Resolver.adopt
+
+    def dies_on_helpers(self: Resolver, src: Any) -> Any:
+        if src.path.endswith("helpers.py"):
+            os._exit(9)
+        return real_adopt(self, src)
+
+    monkeypatch.setattr(Resolver, "adopt", dies_on_helpers)
+    monkeypatch.setenv("MBMEM_LINT_JOBS", "2")
+    run = _check_in(tmp_path, ["."], Settings(root=tmp_path))
+    internal = [d for d in run.diagnostics if d.code == "MBM001"]
+    assert "helpers.py" in {d.location.path for d in internal}
+    assert all("exited without reporting" in d.message for d in internal)
+    assert "helpers.py: internal error (the worker process checking this file exited without reporting)" in run.failed
 
 
 def test_engine_fingerprint_follows_installed_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

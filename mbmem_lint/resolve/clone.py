@@ -5,8 +5,9 @@ its library-set values (those anchored at the first call site, the very same Loc
 call site.
 
 Every memoised library call (``_pretrain_common()``, ``llama3_8b_pretrain_config()``) is copied
-on each use, a few hundred slots each, so the slot copy is written for speed: plain values and
-unchanged histories are shared, not copied.
+on each use, a few hundred slots each, so the copy is written for speed: slots are never changed in
+place (writers replace them), so a copy shares every slot that holds no nested object and needs no
+anchor remap.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from mbmem_lint.diagnostics import Location
-from mbmem_lint.resolve.resolved import PLAIN_TYPES
 from mbmem_lint.resolve.values import DictVal, Obj, Prov, Slot, WriteRec
 
 Remap = tuple[Location, Location]
@@ -57,19 +57,26 @@ def _prov(p: Prov, remap: Remap | None) -> Prov:
     return Prov(p.loc, remap[1], p.origin, p.seq, p.stmt, p.target_text, p.function, p.note)
 
 
+# Values clone() copies; everything else (plain values, Unknown, Ext, functions) is immutable here.
+_COPIED = frozenset({Obj, DictVal, list, tuple})
+
+
 def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | None) -> dict[str, Slot]:
-    out: dict[str, Slot] = {}
-    plain = PLAIN_TYPES
+    # Slots are never changed in place (writers put a new Slot in the table), so the copy shares every
+    # slot whose value needs no copy and whose provenance needs no remap: a C-level dict copy, then
+    # new slots only for nested config objects (and, with a remap, slots anchored at the old call site).
+    out = table.copy()
+    copied = _COPIED
     if remap is None:
-        # History records are immutable and only ever read: share them.
         for name, s in table.items():
             v = s.value
-            out[name] = Slot(v if type(v) in plain else clone(v, memo, None), s.prov, s.history)
+            if type(v) in copied:
+                out[name] = Slot(clone(v, memo, None), s.prov, s.history)
         return out
     old, new = remap
     for name, s in table.items():
         v = s.value
-        value = v if type(v) in plain else clone(v, memo, remap)
+        value = clone(v, memo, remap) if type(v) in copied else v
         history = s.history
         for w in history:
             if w.prov.anchor is old:
@@ -78,5 +85,6 @@ def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | No
         p = s.prov
         if p.anchor is old:
             p = Prov(p.loc, new, p.origin, p.seq, p.stmt, p.target_text, p.function, p.note)
-        out[name] = Slot(value, p, history)
+        if value is not v or history is not s.history or p is not s.prov:
+            out[name] = Slot(value, p, history)
     return out

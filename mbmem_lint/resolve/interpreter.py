@@ -298,13 +298,8 @@ class Interpreter:
             new_value = value
         rec = WriteRec(value, prov, valid)
         slot = table.get(name)
-        if slot is None:
-            slot = Slot(new_value, prov, (rec,))
-            table[name] = slot
-        else:
-            slot.value = new_value
-            slot.prov = prov
-            slot.history += (rec,)
+        # Slots are replaced, never changed in place: clones share them (clone.py).
+        table[name] = Slot(new_value, prov, (rec,) if slot is None else slot.history + (rec,))
 
     def to_dictval(self, d: dict[Any, Any], prov: Prov) -> DictVal:
         dv = DictVal(prov)
@@ -544,8 +539,7 @@ class Interpreter:
     def setitem(self, container: Any, key: Any, value: Any, prov: Prov) -> None:
         if isinstance(container, DictVal):
             if isinstance(key, Unknown):
-                for s in container.slots.values():
-                    s.value = Unknown("dict written with an unknown key")
+                _set_all(container.slots, Unknown("dict written with an unknown key"))
                 return
             if isinstance(value, dict):
                 value = self.to_dictval(value, prov)
@@ -553,11 +547,7 @@ class Interpreter:
             if self.in_may():
                 value = join(old.value if old else None, value, "set conditionally")
             rec = WriteRec(value, prov, True)
-            if old is None:
-                container.slots[key] = Slot(value, prov, (rec,))
-            else:
-                old.value, old.prov = value, prov
-                old.history += (rec,)
+            container.slots[key] = Slot(value, prov, (rec,) if old is None else old.history + (rec,))
         elif isinstance(container, list):
             if isinstance(key, int) and -len(container) <= key < len(container):
                 container[key] = value if not self.in_may() else join(container[key], value, "conditional")
@@ -998,14 +988,13 @@ class Interpreter:
         if isinstance(value, Obj):
             value.havoc = unknown
             for table in (value.slots, value.invalid):
-                for slot in table.values():
+                for name, slot in list(table.items()):
                     if isinstance(slot.value, (Obj, DictVal)):
                         self._havoc(slot.value, unknown, seen, depth + 1)
                     else:
-                        slot.value = unknown
+                        table[name] = Slot(unknown, slot.prov, slot.history)
         elif isinstance(value, DictVal):
-            for slot in value.slots.values():
-                slot.value = unknown
+            _set_all(value.slots, unknown)
 
     def call_method(self, m: BoundMethod, args: list[Any], kwargs: list[tuple[str, Any, Prov]],
                     call_loc: list[int]) -> Any:
@@ -1045,8 +1034,7 @@ class Interpreter:
                 for k, s in src.slots.items():
                     self.setitem(d, k, s.value, p)
             elif src is not None:
-                for s in d.slots.values():
-                    s.value = Unknown("dict updated with an unknown mapping")
+                _set_all(d.slots, Unknown("dict updated with an unknown mapping"))
             for k, v in kw.items():
                 self.setitem(d, k, v, p)
             return None
@@ -1108,6 +1096,12 @@ class Interpreter:
 
 
 # ---------------------------------------------------------------------- helpers and builtins
+
+def _set_all(table: dict[Any, Slot], value: Any) -> None:
+    """Every slot of ``table`` now holds ``value`` (replaced, not changed: clones share slots)."""
+    for key, slot in list(table.items()):
+        table[key] = Slot(value, slot.prov, slot.history)
+
 
 def _hashable_literal(v: Any) -> bool:
     if v is None or isinstance(v, (bool, int, float, str, Ext)):

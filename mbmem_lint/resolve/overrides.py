@@ -134,4 +134,4 @@ def _record_invalid(obj: Obj, name: str, value: Any, prov: Prov) -> None:
         # Unknown value: the attribute does not exist at runtime; only the write history matters.
         obj.invalid[name] = Slot(Unknown(f"{name} is not a field; Bridge skips it"), prov, (rec,))
     else:
-        slot.history += (rec,)
+        obj.invalid[name] = Slot(slot.value, slot.prov, slot.history + (rec,))  # replaced: clones share slots

@@ -120,11 +120,7 @@ class RuntimeRewriter:
         table = o.slots if (o.schema is None or name in o.schema.fields or name in o.slots) else o.invalid
         slot = table.get(name)
         rec = WriteRec(value, prov, True)
-        if slot is None:
-            table[name] = Slot(value, prov, (rec,))
-        else:
-            slot.value, slot.prov = value, prov
-            slot.history += (rec,)
+        table[name] = Slot(value, prov, (rec,) if slot is None else slot.history + (rec,))  # replaced: clones share slots
         self.rewrites.append(Rewrite(path, _plain(old), _plain(value), reason, list(causes)))
 
     def has_field(self, section: str, name: str) -> bool:

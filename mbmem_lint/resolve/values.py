@@ -55,7 +55,8 @@ class WriteRec:
 class Slot:
     """One field of a config object: current value, its provenance and every write to it.
 
-    ``history`` is an immutable tuple so deep copies can share it (records are never changed)."""
+    Never changed in place: a write puts a new Slot in its table, so deep copies share slots (and
+    their immutable ``history`` tuples) instead of copying them (clone.py)."""
 
     __slots__ = ("value", "prov", "history")
 
