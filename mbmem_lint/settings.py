@@ -49,15 +49,24 @@ def safe_resolve(path: str | Path) -> Path:
     """``Path.resolve()`` that survives symlink loops and unreadable folders (absolute path instead).
     Memoised: a run asks for the same few hundred paths many times (the resolver's file index, the
     per-path settings), and the tree does not change under a run."""
-    return _resolve_abs(os.path.abspath(path))  # absolute first: a relative key depends on the cwd
+    key = os.path.abspath(path)  # absolute first: a relative key depends on the cwd
+    hit = _RESOLVED.get(key)
+    if hit is None:
+        try:
+            hit = Path(key).resolve()
+        except (OSError, RuntimeError):
+            hit = Path(key)
+        _RESOLVED[key] = hit
+    return hit
 
 
-@functools.lru_cache(maxsize=16384)
-def _resolve_abs(path: str) -> Path:
-    try:
-        return Path(path).resolve()
-    except (OSError, RuntimeError):
-        return Path(path)
+def remember_resolved(absolute: str, real: Path) -> None:
+    """Record what :func:`safe_resolve` returns for ``absolute`` when the caller knows it without asking
+    the file system (discovery walks a resolved folder: a plain file in it resolves to folder/name)."""
+    _RESOLVED[absolute] = real
+
+
+_RESOLVED: dict[str, Path] = {}
 
 
 def cache_root(settings: Settings) -> Path:

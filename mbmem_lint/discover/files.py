@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 
 from mbmem_lint.diagnostics import Diagnostic, Location
-from mbmem_lint.settings import Settings, path_matches, safe_resolve
+from mbmem_lint.settings import Settings, path_matches, remember_resolved, safe_resolve
 from mbmem_lint.sources import SourceFile, SourceKind
 
 PYTHON_SUFFIXES = (".py",)
@@ -48,9 +48,14 @@ class Discovered:
 
 
 def _kind(path: Path) -> SourceKind | None:
-    if path.suffix in PYTHON_SUFFIXES:
+    return _kind_of(path.name)
+
+
+def _kind_of(name: str) -> SourceKind | None:
+    suffix = os.path.splitext(name)[1]
+    if suffix in PYTHON_SUFFIXES:
         return "python"
-    if path.suffix in YAML_SUFFIXES:
+    if suffix in YAML_SUFFIXES:
         return "yaml"
     return None
 
@@ -102,13 +107,29 @@ def discover(paths: list[str], settings: Settings) -> Discovered:
         if not p.exists() and not p.is_symlink():
             raise MissingPathError(given)
         if p.is_dir():
+            # Real paths without asking the file system per file: the walk does not enter symlinked
+            # folders, so a folder's real path is its parent's plus its name, and a plain file's is
+            # its folder's plus its name (only symlinked files are resolved one by one).
+            top_abs = os.path.abspath(given)
+            real_of = {given: str(safe_resolve(top_abs))}
             for root, dirs, names in os.walk(given, followlinks=False):
                 dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                real_root = real_of[root]
+                for d in dirs:
+                    real_of[os.path.join(root, d)] = os.path.join(real_root, d)
+                abs_root = os.path.normpath(os.path.join(top_abs, os.path.relpath(root, given))) if root != given \
+                    else top_abs
                 for name in sorted(names):
-                    fp = Path(root) / name
-                    kind = _kind(fp)
-                    if kind is None or fp.is_symlink() and not fp.exists():
+                    kind = _kind_of(name)
+                    if kind is None:
                         continue
+                    full = os.path.join(root, name)
+                    if os.path.islink(full):
+                        if not os.path.exists(full):
+                            continue  # a dangling link
+                    else:
+                        remember_resolved(os.path.join(abs_root, name), Path(real_root, name))
+                    fp = Path(full)
                     if _excluded(fp, settings, walked=True):
                         continue
                     files.append((fp.as_posix() if given != "." else fp.as_posix().removeprefix("./"), kind, False))

@@ -20,7 +20,11 @@ from mbmem_lint.resolve.values import DictVal, Obj, Prov, Slot, WriteRec
 Remap = tuple[Location, Location]
 
 
-def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = None) -> Any:
+def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = None,
+          plans: dict[int, list[str]] | None = None) -> Any:
+    """Deep copy of ``value``. ``plans`` (for a value that never changes, such as a memoised call
+    result, copied again and again): per table, the names whose slots need more than sharing,
+    found on the first copy and reused by the next ones."""
     memo = {} if memo is None else memo
     key = id(value)
     if key in memo:
@@ -31,21 +35,21 @@ def clone(value: Any, memo: dict[int, Any] | None = None, remap: Remap | None = 
         o.havoc = value.havoc
         o.label = value.label
         memo[key] = o
-        o.slots = _clone_table(value.slots, memo, remap)
-        o.invalid = _clone_table(value.invalid, memo, remap) if value.invalid else {}
+        o.slots = _clone_table(value.slots, memo, remap, plans)
+        o.invalid = _clone_table(value.invalid, memo, remap, plans) if value.invalid else {}
         return o
     if isinstance(value, DictVal):
         d = DictVal(_prov(value.created, remap))
         memo[key] = d
-        d.slots = _clone_table(value.slots, memo, remap)
+        d.slots = _clone_table(value.slots, memo, remap, plans)
         return d
     if isinstance(value, list):
         lst: list[Any] = []
         memo[key] = lst
-        lst.extend(clone(v, memo, remap) for v in value)
+        lst.extend(clone(v, memo, remap, plans) for v in value)
         return lst
     if isinstance(value, tuple):
-        t = tuple(clone(v, memo, remap) for v in value)
+        t = tuple(clone(v, memo, remap, plans) for v in value)
         memo[key] = t
         return t
     return value
@@ -61,22 +65,40 @@ def _prov(p: Prov, remap: Remap | None) -> Prov:
 _COPIED = frozenset({Obj, DictVal, list, tuple})
 
 
-def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | None) -> dict[str, Slot]:
+def _needs_work(table: dict[str, Slot], remap: Remap | None) -> list[str]:
+    """Names of the slots a copy cannot share: nested values to copy, and (with a remap) slots
+    whose provenance or history points at the old call site."""
+    copied = _COPIED
+    if remap is None:
+        return [name for name, s in table.items() if type(s.value) in copied]
+    old = remap[0]
+    return [name for name, s in table.items()
+            if type(s.value) in copied or s.prov.anchor is old or any(w.prov.anchor is old for w in s.history)]
+
+
+def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | None,
+                 plans: dict[int, list[str]] | None) -> dict[str, Slot]:
     # Slots are never changed in place (writers put a new Slot in the table), so the copy shares every
     # slot whose value needs no copy and whose provenance needs no remap: a C-level dict copy, then
     # new slots only for nested config objects (and, with a remap, slots anchored at the old call site).
     out = table.copy()
+    if plans is None:
+        names = _needs_work(table, remap)
+    else:
+        names = plans.get(id(table))  # type: ignore[assignment]
+        if names is None:
+            names = plans[id(table)] = _needs_work(table, remap)
     copied = _COPIED
     if remap is None:
-        for name, s in table.items():
-            v = s.value
-            if type(v) in copied:
-                out[name] = Slot(clone(v, memo, None), s.prov, s.history)
+        for name in names:
+            s = table[name]
+            out[name] = Slot(clone(s.value, memo, None, plans), s.prov, s.history)
         return out
     old, new = remap
-    for name, s in table.items():
+    for name in names:
+        s = table[name]
         v = s.value
-        value = clone(v, memo, remap) if type(v) in copied else v
+        value = clone(v, memo, remap, plans) if type(v) in copied else v
         history = s.history
         for w in history:
             if w.prov.anchor is old:
@@ -85,6 +107,5 @@ def _clone_table(table: dict[str, Slot], memo: dict[int, Any], remap: Remap | No
         p = s.prov
         if p.anchor is old:
             p = Prov(p.loc, new, p.origin, p.seq, p.stmt, p.target_text, p.function, p.note)
-        if value is not v or history is not s.history or p is not s.prov:
-            out[name] = Slot(value, p, history)
+        out[name] = Slot(value, p, history)
     return out

@@ -172,10 +172,13 @@ class Interpreter:
         f = self.stack[-1]
         module = f.module
         cur = f.cur
-        loc = loc_of(module, value_loc or cur)
-        stmt_loc = loc_of(module, stmt) if stmt else (loc_of(module, cur) if cur else None)
+        # The current statement's Location, looked up once (it is usually the value's span, the
+        # statement and the anchor at once).
+        cur_loc = loc_of(module, cur)
+        loc = loc_of(module, value_loc) if value_loc else cur_loc
+        stmt_loc = loc_of(module, stmt) if stmt else (cur_loc if cur else None)
         # The user-facing anchor: this frame's statement when it is user code (the common case).
-        anchor = loc_of(module, cur) if not module.is_library else self.user_anchor()
+        anchor = cur_loc if not module.is_library else self.user_anchor()
         org = origin or ("library" if module.is_library else "recipe")
         return Prov(loc, anchor, org, next(_SEQ), stmt_loc, target_text, f.func)
 
@@ -871,12 +874,14 @@ class Interpreter:
         anchor = self.user_anchor()
         hit = cache.get(key)
         if hit is not None:
-            result, stored_anchor, notes, last_locals = hit
+            result, stored_anchor, notes, last_locals, plans = hit
             for n in notes:
                 self.note(n)
             remap = (stored_anchor, anchor) if stored_anchor is not anchor else None
             memo: dict[int, Any] = {}
-            out = clone(result, memo, remap)
+            # The stored copy never changes: what each of its tables needs is found once per kind of
+            # copy (same call site, or remapped to another).
+            out = clone(result, memo, remap, plans[remap is not None])
             self.last_locals = {k: memo.get(id(v), v) for k, v in last_locals.items()}
             return out
         before = len(self.notes)
@@ -884,7 +889,7 @@ class Interpreter:
         memo2: dict[int, Any] = {}
         stored = clone(result, memo2)
         locals_map = {k: memo2[id(v)] for k, v in self.last_locals.items() if id(v) in memo2}
-        cache[key] = (stored, anchor, self.notes[before:], locals_map)
+        cache[key] = (stored, anchor, self.notes[before:], locals_map, ({}, {}))
         return result
 
     def _call_func(self, fn: Func, args: list[Any], kwargs: list[tuple[str, Any, Prov]],

@@ -22,9 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.resolve.flatten import to_json
 from mbmem_lint.resolve.interpreter import Interpreter
 from mbmem_lint.resolve.project import mixed_precision_preset
-from mbmem_lint.resolve.resolved import Rewrite, Unknown
+from mbmem_lint.resolve.resolved import PLAIN_TYPES, Rewrite, Unknown
 from mbmem_lint.resolve.values import DictVal, Ext, Obj, Prov, Slot, WriteRec
 
 COMM_OVERLAP_FIELDS = (
@@ -390,6 +391,4 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _plain(v: Any) -> Any:
-    from mbmem_lint.resolve.flatten import to_json
-
-    return to_json(v)
+    return v if type(v) in PLAIN_TYPES else to_json(v)
