@@ -248,7 +248,7 @@ def _writes_of(path: str, owner: Obj | None, history: Any, out: list[Write]) -> 
                          cls, p.target_text, p.stmt, p.function, p.seq))
 
 
-def _walk_tables(root: Obj, visit: Any, invalid_only: bool = False) -> None:
+def _walk_tables(root: Obj, visit: Any) -> None:
     """``visit(path, owner, slot)`` for every recorded slot under ``root`` (each object once)."""
     seen: set[int] = set()
 
@@ -257,15 +257,14 @@ def _walk_tables(root: Obj, visit: Any, invalid_only: bool = False) -> None:
             return
         seen.add(id(obj))
         for table in (obj.slots, obj.invalid):
-            wanted = table is obj.invalid or not invalid_only
             for name, slot in table.items():
                 v = slot.value
                 is_obj = isinstance(v, Obj)
-                is_dict = not is_obj and not invalid_only and isinstance(v, DictVal)
-                if not (is_obj or is_dict or (wanted and slot.history)):
+                is_dict = not is_obj and isinstance(v, DictVal)
+                if not (is_obj or is_dict or slot.history):
                     continue  # most slots: a plain value nobody asked for (no path string built)
                 path = f"{prefix}.{name}" if prefix else name
-                if wanted and slot.history:
+                if slot.history:
                     visit(path, obj, slot)
                 if is_obj:
                     walk(v, path, depth + 1)
@@ -273,6 +272,27 @@ def _walk_tables(root: Obj, visit: Any, invalid_only: bool = False) -> None:
                     for key, ks in v.slots.items():
                         if ks.history:
                             visit(f"{path}.{key}", None, ks)
+
+    walk(root, "", 0)
+
+
+def _walk_invalid(root: Obj, visit: Any) -> None:
+    """:func:`_walk_tables` over the non-field tables only (MBM601 asks for every recipe): in the field
+    tables only the objects held by attributes need looking at."""
+    seen: set[int] = set()
+
+    def walk(obj: Obj, prefix: str, depth: int) -> None:
+        if id(obj) in seen or depth > MAX_DEPTH:
+            return
+        seen.add(id(obj))
+        for name, v in [(name, s.value) for name, s in obj.slots.items() if type(s.value) is Obj]:
+            walk(v, f"{prefix}.{name}" if prefix else name, depth + 1)
+        for name, slot in obj.invalid.items():
+            path = f"{prefix}.{name}" if prefix else name
+            if slot.history:
+                visit(path, obj, slot)
+            if isinstance(slot.value, Obj):
+                walk(slot.value, path, depth + 1)
 
     walk(root, "", 0)
 
@@ -347,8 +367,7 @@ class LazyWrites(list):
         if self._root is None:
             return [w for w in super().__iter__() if not w.valid_field]
         out: list[Write] = []
-        _walk_tables(self._root, lambda path, owner, slot: _writes_of(path, owner, slot.history, out),
-                     invalid_only=True)
+        _walk_invalid(self._root, lambda path, owner, slot: _writes_of(path, owner, slot.history, out))
         out = [w for w in out if not w.valid_field]
         out.sort(key=lambda w: w.seq)
         return out
