@@ -114,7 +114,7 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
     need_edits = fixing or (fmt or default_format()) in ("json", "sarif")
     try:
         want_estimates = not fixing and (fmt or default_format()) in ("github", "markdown")
-        run = run_check(list(paths), settings, options, need_edits=need_edits, keep_recipes=want_estimates)
+        run = run_check(list(paths), settings, options, need_edits=need_edits, want_estimates=want_estimates)
     except MissingPathError as exc:
         _fail(f"{exc}: no such file or directory")
     code = exit_code(run.diagnostics, settings)
@@ -131,26 +131,10 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
         if mode == "diff" and n_fixes:
             code = max(code, EXIT_FINDINGS)
         return code
-    estimates = None
-    if (fmt or default_format()) in ("github", "markdown"):
-        estimates = _estimates_json(run.recipes)
+    estimates = run.estimates if (fmt or default_format()) in ("github", "markdown") else None
     render(run.diagnostics, fmt or default_format(), sources=run.sources, stream=sys.stdout,
            estimates=estimates, color=color)
     return code
-
-
-def _estimates_json(recipes: list[Any]) -> list[dict[str, Any]]:
-    from mbmem_lint.estimate.api import estimate_recipe
-    from mbmem_lint.estimate.gpus import UnknownGpuError
-    from mbmem_lint.estimate.types import EstimateUnavailable
-
-    out = []
-    for r in recipes:
-        try:
-            out.append(estimate_recipe(r).to_json())
-        except (EstimateUnavailable, UnknownGpuError):
-            continue
-    return out
 
 
 def _resolve_one(path: str, function: str | None, gpu: str | None, world_size: int | None, recipe: str | None,

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
+from typing import Any
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import Discovered
@@ -78,6 +79,7 @@ class _Work:
     options: ResolveOptions
     groups: list[list[str]]
     need_edits: bool
+    want_estimates: bool
 
 
 @dataclass
@@ -87,6 +89,7 @@ class TaskResult:
     diagnostics: list[Diagnostic]
     failed: list[str]
     functions_seen: int
+    estimates: list[Any] = field(default_factory=list)  # pipeline.EstimateRow of each recipe, when wanted
 
 
 _WORK: _Work | None = None  # set in the parent before forking, read by the workers
@@ -120,32 +123,36 @@ def _run_task(index: int) -> TaskResult:
 
 def _task(work: _Work, index: int) -> TaskResult:
     from mbmem_lint.check.engine import run_checks
-    from mbmem_lint.pipeline import file_checker, filter_tool_diagnostics, load_overrides
+    from mbmem_lint.pipeline import file_checker, filter_tool_diagnostics, load_overrides, recipe_estimates
 
     resolver = _worker_resolver(work)
     result = resolver.result
     diags_before, failed_before, seen_before = len(result.diagnostics), len(result.failed), result.functions_seen
     sources = work.found.sources
     findings: list[Diagnostic] = []
+    estimates: list[Any] | None = [] if work.want_estimates else None
     if index == YAML_TASK:
         overrides, override_diags = load_overrides(work.found)
         resolver.resolve_paired(resolver.pair_overrides(overrides))
         findings += filter_tool_diagnostics(override_diags, work.settings)
         findings += run_checks(result.recipes, overrides, work.settings, sources)
+        if estimates is not None:
+            estimates += recipe_estimates(result.recipes)
         result.recipes.clear()
     else:
         envs = [env for env in (resolver.adopt(sources[p]) for p in work.groups[index]) if env is not None]
-        resolver.resolve_modules(envs, file_checker(work.settings, work.found, findings))
+        resolver.resolve_modules(envs, file_checker(work.settings, work.found, findings, estimates))
     tool = filter_tool_diagnostics(result.diagnostics[diags_before:], work.settings)
     for d in findings:
         if d.fix is not None:
             # Builders are closures over this process's state: compute the edits here or drop them.
             d.fix.edits = d.fix.edits if work.need_edits else []
-    return TaskResult(tool + findings, result.failed[failed_before:], result.functions_seen - seen_before)
+    return TaskResult(tool + findings, result.failed[failed_before:], result.functions_seen - seen_before,
+                      estimates or [])
 
 
 def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
-                 need_edits: bool) -> list[TaskResult]:
+                 need_edits: bool, want_estimates: bool = False) -> list[TaskResult]:
     global _WORK
     from mbmem_lint.resolve.library import LibrarySummary
     from mbmem_lint.resolve.schema import Schema
@@ -158,7 +165,7 @@ def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions,
     gc.freeze()
     groups = plan_groups(found.python, jobs)
     tasks = ([YAML_TASK] if found.yaml else []) + list(range(len(groups)))
-    _WORK = _Work(found, settings, options, groups, need_edits)
+    _WORK = _Work(found, settings, options, groups, need_edits, want_estimates)
     try:
         return _fork_map(tasks, min(jobs, len(tasks)))
     finally:

@@ -29,6 +29,31 @@ class CheckRun:
     overrides: list[OverrideFile] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     functions_seen: int = 0
+    # Per-recipe memory estimates as JSON dicts (``want_estimates``), in a stable order.
+    estimates: list[dict[str, Any]] = field(default_factory=list)
+
+
+EstimateRow = tuple[tuple[str, str, list[str]], dict[str, Any]]  # (sort key, estimate JSON)
+
+
+def recipe_estimates(recipes: list[ResolvedRecipe]) -> list[EstimateRow]:
+    """The memory estimate of each recipe whose shape and GPU are known, as JSON, with a sort key
+    (recipe path, function, applied override files) that orders them the same in every kind of run."""
+    from mbmem_lint.estimate.api import estimate_recipe
+    from mbmem_lint.estimate.gpus import UnknownGpuError
+    from mbmem_lint.estimate.types import EstimateUnavailable
+
+    out: list[EstimateRow] = []
+    for r in recipes:
+        try:
+            out.append(((r.path, r.function, list(r.overrides)), estimate_recipe(r).to_json()))
+        except (EstimateUnavailable, UnknownGpuError):
+            continue
+    return out
+
+
+def sorted_estimates(rows: list[EstimateRow]) -> list[dict[str, Any]]:
+    return [est for _key, est in sorted(rows, key=lambda row: row[0])]
 
 
 def _looks_like_override(f: OverrideFile) -> bool:
@@ -88,38 +113,43 @@ def filter_tool_diagnostics(diags: list[Diagnostic], settings: Settings) -> list
 
 
 def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
-              need_edits: bool = True, keep_recipes: bool = False) -> CheckRun:
+              need_edits: bool = True, want_estimates: bool = False) -> CheckRun:
     """``need_edits``: fix edits will be shown or applied (JSON/SARIF output, --fix); otherwise a
     parallel run does not compute them in its workers (the terminal shows only the fix's hint).
-    ``keep_recipes``: keep the resolved recipes in the result (for estimates in reports); otherwise
-    they are checked file by file and dropped, and runs may use several processes."""
+    ``want_estimates``: also estimate every recipe (``CheckRun.estimates``, for the GitHub and
+    Markdown summaries), file by file as its recipes are checked, in the workers of a parallel run."""
     from mbmem_lint.check.engine import run_checks
 
     found = discover(paths, settings)
-    if settings.cache and not keep_recipes:
+    if settings.cache and not want_estimates:  # the results cache holds findings, not estimates
         return _run_check_cached(found, settings, options, need_edits)
     jobs = _jobs(len(found.python))
-    if jobs > 1 and not keep_recipes:
-        return _run_check_parallel(found, settings, options, jobs, need_edits)
-    if keep_recipes:
-        run = _resolve_found(found, settings, options)
-        findings = run_checks(run.recipes, run.overrides, settings, run.sources)
-    else:
-        streamed: list[Diagnostic] = []
-        run = _resolve_found(found, settings, options, on_file=file_checker(settings, found, streamed))
-        findings = streamed + run_checks(run.recipes, run.overrides, settings, run.sources)
+    if jobs > 1:
+        return _run_check_parallel(found, settings, options, jobs, need_edits, want_estimates)
+    streamed: list[Diagnostic] = []
+    rows: list[EstimateRow] = []
+    run = _resolve_found(found, settings, options,
+                         on_file=file_checker(settings, found, streamed, rows if want_estimates else None))
+    findings = streamed + run_checks(run.recipes, run.overrides, settings, run.sources)
+    if want_estimates:
+        rows += recipe_estimates(run.recipes)  # recipes paired with override files
+        run.estimates = sorted_estimates(rows)
     tool = filter_tool_diagnostics(run.diagnostics, settings)
     run.diagnostics = merge_findings(tool + findings)
     return run
 
 
-def file_checker(settings: Settings, found: Discovered, out: list[Diagnostic]) -> Any:
+def file_checker(settings: Settings, found: Discovered, out: list[Diagnostic],
+                 estimates: list[EstimateRow] | None = None) -> Any:
     """An ``on_file`` callback for the resolver: check each file's recipes as soon as they are
-    resolved, into ``out``, then let them go (a sequential run and each parallel task use it)."""
+    resolved, into ``out`` (and estimate them into ``estimates``), then let them go (a sequential
+    run and each parallel task use it)."""
     from mbmem_lint.check.engine import run_checks
 
     def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
         out.extend(run_checks(recipes, [], settings, found.sources))
+        if estimates is not None:
+            estimates.extend(recipe_estimates(recipes))
 
     return on_file
 
@@ -190,17 +220,20 @@ def load_overrides(found: Discovered) -> tuple[list[OverrideFile], list[Diagnost
 
 
 def _run_check_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
-                        need_edits: bool) -> CheckRun:
+                        need_edits: bool, want_estimates: bool) -> CheckRun:
     """Check on ``jobs`` forked workers (:mod:`mbmem_lint.parallel`); findings come back, de-duplicated."""
     from mbmem_lint.parallel import run_parallel
 
     run = CheckRun(sources=dict(found.sources))
     everything = filter_tool_diagnostics(list(found.diagnostics), settings)
-    for part in run_parallel(found, settings, options, jobs, need_edits):
+    rows: list[EstimateRow] = []
+    for part in run_parallel(found, settings, options, jobs, need_edits, want_estimates):
         run.failed.extend(part.failed)
         run.functions_seen += part.functions_seen
         everything.extend(part.diagnostics)
+        rows.extend(part.estimates)
     run.diagnostics = merge_findings(everything)
+    run.estimates = sorted_estimates(rows)
     return run
 
 

@@ -148,6 +148,35 @@ def test_parallel_equals_sequential_with_overrides(tmp_path: Path, monkeypatch: 
     assert findings("3") == sequential
 
 
+def test_estimates_for_summaries_are_the_same_in_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``want_estimates`` (the GitHub and Markdown summaries): every recipe's estimate, the YAML-paired
+    one included, comes back from the workers in the order one process gives."""
+    _tree(tmp_path, pp=2)
+    (tmp_path / "second.py").write_text(RECIPE.replace("my_8gpu_h100_config", "other_16gpu_h100_config"),
+                                        encoding="utf-8")
+    (tmp_path / "override.yaml").write_text(
+        "# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\nmodel:\n  tensor_model_parallel_size: 4\n",
+        encoding="utf-8")
+
+    def estimates(jobs: str) -> list[dict[str, Any]]:
+        monkeypatch.setenv("MBMEM_LINT_JOBS", jobs)
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            return run_check(["."], Settings(root=tmp_path), ResolveOptions(), need_edits=False,
+                             want_estimates=True).estimates
+        finally:
+            os.chdir(old)
+
+    sequential = estimates("1")
+    names = [(e["recipe"], e["parallelism"]["tp"]) for e in sequential]
+    # Sorted by file and function; the recipe paired with override.yaml (TP 4) after its plain run (TP 1).
+    assert names == [("recipe.py::my_8gpu_h100_config", 1), ("recipe.py::my_8gpu_h100_config", 4),
+                     ("second.py::other_16gpu_h100_config", 1)], names
+    assert estimates("2") == sequential
+    assert estimates("3") == sequential
+
+
 def test_parallel_worker_error_is_a_finding_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mbmem_lint.resolve.resolver import Resolver
 
