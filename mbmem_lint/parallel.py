@@ -174,6 +174,7 @@ def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions,
 
 
 _TASK_BYTES = 4  # one queue entry: a task index, little-endian signed
+_QUEUE_WRITE = 4096  # bytes per write to the queue: POSIX's minimum PIPE_BUF, a multiple of _TASK_BYTES
 
 
 def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
@@ -181,8 +182,9 @@ def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
 
     Plain ``os.fork`` and pipes rather than ``multiprocessing``: importing ``multiprocessing.pool``
     alone took ~35 ms, paid before the first task starts. The queue is a pipe holding every task
-    index, written before the first fork and then closed: reads of one entry from a pipe are
-    atomic, so each read hands one task to one worker, and an empty read means the queue is done.
+    index, written by the parent and then closed: a read of one entry takes whole entries only (see
+    ``_QUEUE_WRITE``), so each read hands one task to one worker, and an empty read means the queue
+    is done.
     Each worker sends back the pickled results of all its tasks when the queue is empty. A worker
     that dies without sending them (killed, out of memory) turns the tasks nobody reported into
     MBM001 findings rather than a hang.
@@ -191,9 +193,6 @@ def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
 
     queue_r, queue_w = os.pipe()
     payload = b"".join(t.to_bytes(_TASK_BYTES, "little", signed=True) for t in tasks)
-    assert len(payload) < 65536, "the whole queue must fit in the pipe buffer"  # 16k tasks; plans make < 100
-    os.write(queue_w, payload)
-    os.close(queue_w)
     workers: list[tuple[int, int]] = []
     running: set[int] = set()
     unread: set[int] = set()
@@ -203,6 +202,7 @@ def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
             pid = os.fork()
             if pid == 0:  # the worker: never returns
                 os.close(result_r)
+                os.close(queue_w)  # else the queue would never read as empty
                 _worker_main(queue_r, result_w)
             os.close(result_w)
             workers.append((pid, result_r))
@@ -210,6 +210,12 @@ def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
             unread.add(result_r)
         os.close(queue_r)
         queue_r = -1
+        # Writes of at most PIPE_BUF bytes are atomic and these hold whole entries, so a worker never
+        # reads half an entry; a queue larger than the pipe buffer just waits for the workers to drain it.
+        for start in range(0, len(payload), _QUEUE_WRITE):
+            os.write(queue_w, payload[start:start + _QUEUE_WRITE])
+        os.close(queue_w)
+        queue_w = -1
         results: list[TaskResult] = []
         done: set[int] = set()
         for pid, fd in workers:
@@ -229,7 +235,7 @@ def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
         results += [_lost_task(i) for i in tasks if i not in done]
         return results
     finally:
-        for fd in ([queue_r] if queue_r >= 0 else []) + sorted(unread):
+        for fd in [f for f in (queue_r, queue_w) if f >= 0] + sorted(unread):
             os.close(fd)
         for pid in running:  # only after an error or Ctrl-C in the parent: stop the rest
             import signal
