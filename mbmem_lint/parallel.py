@@ -17,13 +17,16 @@ import gc
 import os
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import Discovered
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
 from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile
+
+if TYPE_CHECKING:
+    from mbmem_lint.pipeline import EstimateRow  # pipeline imports this module on use
 
 YAML_TASK = -1  # the task that loads override files and resolves the recipes they name
 
@@ -89,7 +92,7 @@ class TaskResult:
     diagnostics: list[Diagnostic]
     failed: list[str]
     functions_seen: int
-    estimates: list[Any] = field(default_factory=list)  # pipeline.EstimateRow of each recipe, when wanted
+    estimates: list[EstimateRow] = field(default_factory=list)  # each recipe's, when wanted
 
 
 _WORK: _Work | None = None  # set in the parent before forking, read by the workers
@@ -138,7 +141,7 @@ def _task(work: _Work, index: int) -> TaskResult:
     diags_before, failed_before, seen_before = len(result.diagnostics), len(result.failed), result.functions_seen
     sources = work.found.sources
     findings: list[Diagnostic] = []
-    estimates: list[Any] | None = [] if work.want_estimates else None
+    estimates: list[EstimateRow] | None = [] if work.want_estimates else None
     if index == YAML_TASK:
         overrides, override_diags = load_overrides(work.found)
         resolver.resolve_paired(resolver.pair_overrides(overrides))
@@ -192,8 +195,7 @@ def _fork_map(tasks: list[int], jobs: int) -> list[TaskResult]:
     alone took ~35 ms, paid before the first task starts. The queue is a pipe holding every task
     index, written by the parent and then closed: a read of one entry takes whole entries only (see
     ``_QUEUE_WRITE``), so each read hands one task to one worker, and an empty read means the queue
-    is done.
-    Each worker sends back the pickled results of all its tasks when the queue is empty. A worker
+    is done. Each worker sends back the pickled results of all its tasks when the queue is empty. A worker
     that dies without sending them (killed, out of memory) turns the tasks nobody reported into
     MBM001 findings rather than a hang.
     """
