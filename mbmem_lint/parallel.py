@@ -17,7 +17,7 @@ import gc
 import os
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import Discovered
@@ -83,6 +83,7 @@ class _Work:
     groups: list[list[str]]
     need_edits: bool
     want_estimates: bool
+    per_file: bool  # results-cache run: each file's findings and dependencies, kept apart
 
 
 @dataclass
@@ -93,6 +94,11 @@ class TaskResult:
     failed: list[str]
     functions_seen: int
     estimates: list[EstimateRow] = field(default_factory=list)  # each recipe's, when wanted
+    # Results-cache runs: recipe file -> (its findings, the files they depend on); the tool
+    # diagnostics and the YAML task's findings stay in ``diagnostics``.
+    per_file: dict[str, tuple[list[Diagnostic], set[str]]] = field(default_factory=dict)
+    # Results-cache runs: the YAML task's findings (override files, paired recipes), never cached.
+    paired: list[Diagnostic] = field(default_factory=list)
 
 
 _WORK: _Work | None = None  # set in the parent before forking, read by the workers
@@ -142,6 +148,7 @@ def _task(work: _Work, index: int) -> TaskResult:
     sources = work.found.sources
     findings: list[Diagnostic] = []
     estimates: list[EstimateRow] | None = [] if work.want_estimates else None
+    per_file: dict[str, tuple[list[Diagnostic], set[str]]] = {}
     if index == YAML_TASK:
         overrides, override_diags = load_overrides(work.found)
         resolver.resolve_paired(resolver.pair_overrides(overrides))
@@ -152,18 +159,31 @@ def _task(work: _Work, index: int) -> TaskResult:
         result.recipes.clear()
     else:
         envs = [env for env in (resolver.adopt(sources[p]) for p in work.groups[index]) if env is not None]
-        resolver.resolve_modules(envs, file_checker(work.settings, work.found, findings, estimates))
+        if work.per_file:
+            def on_file(path: str, recipes: list[Any]) -> None:
+                # Imports ran while the file's recipes resolved, so its dependencies are complete here.
+                per_file[path] = (run_checks(recipes, [], work.settings, sources),
+                                  resolver.project.dependencies(path))
+
+            resolver.resolve_modules(envs, on_file)
+        else:
+            resolver.resolve_modules(envs, file_checker(work.settings, work.found, findings, estimates))
     tool = filter_tool_diagnostics(result.diagnostics[diags_before:], work.settings)
-    for d in findings:
+    for d in [*findings, *(d for diags, _deps in per_file.values() for d in diags)]:
         if d.fix is not None:
             # Builders are closures over this process's state: compute the edits here or drop them.
             d.fix.edits = d.fix.edits if work.need_edits else []
-    return TaskResult(tool + findings, result.failed[failed_before:], result.functions_seen - seen_before,
-                      estimates or [])
+    failed, seen = result.failed[failed_before:], result.functions_seen - seen_before
+    if work.per_file:
+        return TaskResult(tool, failed, seen, [], per_file, findings)
+    return TaskResult(tool + findings, failed, seen, estimates or [])
 
 
 def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
-                 need_edits: bool, want_estimates: bool = False) -> list[TaskResult]:
+                 need_edits: bool, want_estimates: bool = False,
+                 only: set[str] | None = None) -> list[TaskResult]:
+    """Check ``found`` on ``jobs`` forked workers. ``only``: a results-cache run checking just these
+    files (the others stay importable); their findings come back per file (``TaskResult.per_file``)."""
     global _WORK
     from mbmem_lint.resolve.library import LibrarySummary
     from mbmem_lint.resolve.schema import Schema
@@ -174,9 +194,9 @@ def run_parallel(found: Discovered, settings: Settings, options: ResolveOptions,
     # What exists now lives as long as the workers: out of the collector's sight, its pages stay
     # shared with the parent instead of being touched (copied) by every collection in every worker.
     gc.freeze()
-    groups = plan_groups(found.python, jobs)
+    groups = plan_groups(found.python if only is None else [s for s in found.python if s.path in only], jobs)
     tasks = ([YAML_TASK] if found.yaml else []) + list(range(len(groups)))
-    _WORK = _Work(found, settings, options, groups, need_edits, want_estimates)
+    _WORK = _Work(found, settings, options, groups, need_edits, want_estimates, only is not None)
     try:
         return _fork_map(tasks, min(jobs, len(tasks)))
     finally:

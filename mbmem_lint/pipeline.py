@@ -158,7 +158,6 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
                       need_edits: bool) -> CheckRun:
     """Check with the results cache: files whose findings (and dependencies) are cached are not
     resolved again; the others are, with every file still importable."""
-    from mbmem_lint.check.engine import run_checks
     from mbmem_lint.results_cache import ResultsCache
     from mbmem_lint.settings import safe_resolve
 
@@ -172,16 +171,11 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
             stale.add(src.path)
         else:
             cached.extend(hit)
-    resolver_holder: list[Resolver] = []
-    per_file: dict[str, tuple[list[Diagnostic], set[str]]] = {}
-
-    def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
-        # Imports run while the file's recipes resolve, so its dependencies are complete here.
-        deps = resolver_holder[0].project.dependencies(path)
-        per_file[path] = (run_checks(recipes, [], settings, found.sources), deps)
-
-    run = _resolve_found(found, settings, options, own=stale, resolver_out=resolver_holder, on_file=on_file)
-    tool = filter_tool_diagnostics(run.diagnostics, settings)
+    jobs = _jobs(len(stale))
+    if jobs > 1:
+        run, per_file, tool, paired = _check_stale_parallel(found, settings, options, jobs, need_edits, stale)
+    else:
+        run, per_file, tool, paired = _check_stale(found, settings, options, stale)
     fresh: list[Diagnostic] = []
     for path in sorted(stale):
         diags, deps = per_file.get(path, ([], {path}))
@@ -189,10 +183,51 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
         texts_now = {str(safe_resolve(p)): run.sources[p].text if p in run.sources else "" for p in deps}
         cache.store(path, texts_now, diags, with_edits=need_edits)
         fresh.extend(diags)
-    fresh += run_checks(run.recipes, run.overrides, settings, run.sources)  # YAML-paired recipes
+    fresh += paired
     fresh += [d for d in tool if d.location.path not in stale]
     run.diagnostics = merge_findings(cached + fresh)
     return run
+
+
+PerFile = dict[str, tuple[list[Diagnostic], set[str]]]  # recipe file -> (its findings, its dependencies)
+
+
+def _check_stale(found: Discovered, settings: Settings, options: ResolveOptions,
+                 stale: set[str]) -> tuple[CheckRun, PerFile, list[Diagnostic], list[Diagnostic]]:
+    """One process: (run, findings by file, tool diagnostics, YAML-paired findings) for ``stale``."""
+    from mbmem_lint.check.engine import run_checks
+
+    resolver_holder: list[Resolver] = []
+    per_file: PerFile = {}
+
+    def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
+        # Imports run while the file's recipes resolve, so its dependencies are complete here.
+        deps = resolver_holder[0].project.dependencies(path)
+        per_file[path] = (run_checks(recipes, [], settings, found.sources), deps)
+
+    run = _resolve_found(found, settings, options, own=stale, resolver_out=resolver_holder, on_file=on_file)
+    paired = run_checks(run.recipes, run.overrides, settings, run.sources)
+    return run, per_file, filter_tool_diagnostics(run.diagnostics, settings), paired
+
+
+def _check_stale_parallel(found: Discovered, settings: Settings, options: ResolveOptions, jobs: int,
+                          need_edits: bool, stale: set[str]
+                          ) -> tuple[CheckRun, PerFile, list[Diagnostic], list[Diagnostic]]:
+    """:func:`_check_stale` on forked workers (a cold cache, or many changed files)."""
+    from mbmem_lint.parallel import run_parallel
+
+    run = CheckRun(sources=dict(found.sources))
+    per_file: PerFile = {}
+    tool = filter_tool_diagnostics(list(found.diagnostics), settings)
+    paired: list[Diagnostic] = []
+    for part in run_parallel(found, settings, options, jobs, need_edits, only=stale):
+        run.failed.extend(part.failed)
+        run.functions_seen += part.functions_seen
+        per_file.update(part.per_file)
+        tool.extend(part.diagnostics)
+        paired.extend(part.paired)
+    # A module both workers imported reports its parse problems twice.
+    return run, per_file, merge_findings(tool), paired
 
 
 def merge_findings(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

@@ -9,15 +9,14 @@ SARIF formats) store the fix edits too; an entry stored without them is a miss f
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.diagnostics import Diagnostic, Edit, Fix, Location
-from mbmem_lint.settings import Settings, cache_root, safe_resolve
+from mbmem_lint.settings import Settings, cache_root, safe_resolve, write_cache_file
 
 FORMAT = 1
 
@@ -97,12 +96,6 @@ class ResultsCache:
         ``with_edits``: also store the fixes' edits (computed now; JSON/SARIF/--fix need them)."""
         entry = {"deps": {p: text_hash(t) for p, t in sorted(deps.items())}, "edits": with_edits,
                  "diagnostics": [diag_to_json(d, with_edits) for d in diagnostics]}
-        target = self._entry_path(path)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(entry, fh, separators=(",", ":"))
-            os.replace(tmp, target)
-        except OSError:
-            pass  # an unwritable cache only costs speed
+        # An unwritable cache only costs speed. dumps, not dump: dump streams through the Python encoder.
+        with contextlib.suppress(OSError):
+            write_cache_file(self._entry_path(path), json.dumps(entry, separators=(",", ":")))

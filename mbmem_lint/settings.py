@@ -76,6 +76,16 @@ def cache_root(settings: Settings) -> Path:
     return Path(env) if env else (settings.root or Path.cwd()) / ".cache" / "mbmem-lint"
 
 
+def write_cache_file(path: Path, text: str) -> None:
+    """Write a cache entry atomically (readers see the old entry or the new one, never half of one):
+    a temporary file named after this process, then ``os.replace``. ``OSError`` is the caller's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # unique per writer, cheaper than mkstemp
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 @functools.lru_cache(maxsize=16384)
 def _relative(root: Path | None, path: str | Path) -> str:
     # Memoised like safe_resolve: per-file settings are looked up for every recipe and finding.

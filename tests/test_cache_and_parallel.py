@@ -74,6 +74,40 @@ def test_results_cache_matches_uncached(tmp_path: Path, monkeypatch: pytest.Monk
     assert plain == cached_cold == cached_warm and plain
 
 
+def test_results_cache_in_parallel_matches_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold cache checked on forked workers stores what one process stores: the warm runs after it
+    (and after a one-process cold run) report the same findings, edits included, and a YAML-paired
+    finding is not cached under the recipe file (removing the override drops it)."""
+    _tree(tmp_path, pp=2)
+    (tmp_path / "second.py").write_text(RECIPE.replace("my_8gpu_h100_config", "other_16gpu_h100_config"),
+                                        encoding="utf-8")
+    (tmp_path / "broken.py").write_text("def f(:\n", encoding="utf-8")
+    (tmp_path / "override.yaml").write_text(
+        "# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\n"
+        "model:\n  tensor_model_parallel_size: 3\n  tensor_model_paralel_size: 2\n", encoding="utf-8")
+
+    def findings(jobs: str, cache_dir: str, *, cache: bool = True) -> list[tuple[object, ...]]:
+        monkeypatch.setenv("MBMEM_LINT_JOBS", jobs)
+        monkeypatch.setenv("MBMEM_LINT_CACHE_DIR", str(tmp_path / cache_dir))
+        run = _check_in(tmp_path, ["."], Settings(root=tmp_path, cache=cache), need_edits=True)
+        return [(d.code, d.location.path, d.location.line, d.message,
+                 [(e.path, e.start, e.end, e.replacement) for e in (d.fix.edits if d.fix else [])])
+                for d in run.diagnostics]
+
+    plain = findings("1", "unused", cache=False)
+    assert {"MBM002", "MBM205", "MBM601"} <= {f[0] for f in plain}
+    assert findings("2", "par") == plain  # cold, on workers
+    # An entry per Python file (the parse error included), written from the workers' results.
+    assert len(list((tmp_path / "par").glob("results-v*/*/*.json"))) == 4
+    assert findings("1", "par") == plain  # warm, from what the workers stored
+    assert findings("1", "seq") == plain  # cold, one process
+    assert findings("2", "seq") == plain  # warm
+    (tmp_path / "override.yaml").unlink()
+    without_yaml = findings("1", "unused", cache=False)
+    assert len(without_yaml) < len(plain)
+    assert findings("2", "par") == without_yaml  # warm entries hold no YAML-paired findings
+
+
 def test_ir_cache_round_trip(tmp_path: Path) -> None:
     from mbmem_lint.parse.python import lower_module
     from mbmem_lint.resolve.cache import IRCache

@@ -7,13 +7,13 @@ code and data, :mod:`mbmem_lint.fingerprint`), so it is never stale; safe to del
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.fingerprint import engine_fingerprint
-from mbmem_lint.settings import Settings, cache_root
+from mbmem_lint.settings import Settings, cache_root, write_cache_file
 
 IR_FORMAT = 1
 
@@ -46,14 +46,7 @@ class IRCache:
 
     def put(self, text: str, body: list[Any]) -> None:
         key = self.key(text)
-        folder = self.folder / key[:2]
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            import tempfile
-
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(body, fh, separators=(",", ":"))
-            os.replace(tmp, folder / f"{key}.json")
-        except OSError:
-            pass  # a cache that cannot be written is just a slower run
+        # A cache that cannot be written is just a slower run. dumps, not dump: dump streams through
+        # the pure-Python encoder (3x slower here).
+        with contextlib.suppress(OSError):
+            write_cache_file(self.folder / key[:2] / f"{key}.json", json.dumps(body, separators=(",", ":")))
