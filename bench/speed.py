@@ -42,7 +42,8 @@ from mbmem_lint.dev.corpus import ensure_corpus, recipe_files
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_VENV = REPO / ".cache" / "bench-venv"
-TARGETS = {"corpus_s": 2.0, "ratio": 8.0, "one_file_s": 0.3, "version_s": 0.15, "rss_mb": 300.0}
+TARGETS = {"corpus_s": 2.0, "ratio": 8.0, "one_file_s": 0.3, "version_s": 0.15, "rss_mb": 300.0,
+           "fixit_reference_s": 16.0}  # "Fixit takes about 16 s here" (issue 8)
 PERF_FILE = "perf_recipes/llama/h100/llama3.py"
 LIB_FILE = "recipes/llama/llama3.py"
 
@@ -606,6 +607,13 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
     cpu_ratio = fx["cpu_median_s"] / st[main]["cpu_median_s"] if fx else None
     if cpu_ratio:
         L.append(f"| (CPU-time ratio Fixit / mbmem-lint, less sensitive to load) | **{cpu_ratio:.2f}×** | |")
+    if fx:
+        # The issue sets its wall-time targets on a machine where Fixit takes about 16 s; this shared VM's
+        # speed drifts by tens of percent between runs (Fixit 40-52 s here). For scale only, not a verdict.
+        scaled = st[main]["median_s"] * TARGETS["fixit_reference_s"] / fx["median_s"]
+        L.append(f"| (whole corpus at the issue's reference speed, where Fixit takes "
+                 f"~{TARGETS['fixit_reference_s']:.0f} s: median × {TARGETS['fixit_reference_s']:.0f} s / Fixit's median) | "
+                 f"{scaled:.2f} s | |")
     L.append("")
 
     if scaling:
