@@ -37,6 +37,18 @@ def _tree(root: Path, pp: int) -> None:
     (root / "recipe.py").write_text(RECIPE, encoding="utf-8")
 
 
+def _tree_with_overrides(root: Path) -> None:
+    """:func:`_tree` plus a second recipe file, a file that does not parse and a YAML override of
+    ``recipe.py`` (one key with a typo)."""
+    _tree(root, pp=2)
+    (root / "second.py").write_text(RECIPE.replace("my_8gpu_h100_config", "other_16gpu_h100_config"),
+                                    encoding="utf-8")
+    (root / "broken.py").write_text("def f(:\n", encoding="utf-8")
+    (root / "override.yaml").write_text(
+        "# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\n"
+        "model:\n  tensor_model_parallel_size: 3\n  tensor_model_paralel_size: 2\n", encoding="utf-8")
+
+
 def _check_in(root: Path, paths: list[str], settings: Settings, *, need_edits: bool = False) -> CheckRun:
     """``run_check`` from ``root`` as working folder (paths in findings are as given)."""
     old = os.getcwd()
@@ -78,13 +90,7 @@ def test_results_cache_in_parallel_matches_one_process(tmp_path: Path, monkeypat
     """A cold cache checked on forked workers stores what one process stores: the warm runs after it
     (and after a one-process cold run) report the same findings, edits included, and a YAML-paired
     finding is not cached under the recipe file (removing the override drops it)."""
-    _tree(tmp_path, pp=2)
-    (tmp_path / "second.py").write_text(RECIPE.replace("my_8gpu_h100_config", "other_16gpu_h100_config"),
-                                        encoding="utf-8")
-    (tmp_path / "broken.py").write_text("def f(:\n", encoding="utf-8")
-    (tmp_path / "override.yaml").write_text(
-        "# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\n"
-        "model:\n  tensor_model_parallel_size: 3\n  tensor_model_paralel_size: 2\n", encoding="utf-8")
+    _tree_with_overrides(tmp_path)
 
     def findings(jobs: str, cache_dir: str, *, cache: bool = True) -> list[tuple[object, ...]]:
         monkeypatch.setenv("MBMEM_LINT_JOBS", jobs)
@@ -157,13 +163,7 @@ def test_results_cache_keeps_fix_edits(tmp_path: Path, monkeypatch: pytest.Monke
 def test_parallel_equals_sequential_with_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The queue's YAML task (override files, paired recipes, parse errors) reports what one process
     reports."""
-    _tree(tmp_path, pp=2)
-    (tmp_path / "second.py").write_text(RECIPE.replace("my_8gpu_h100_config", "other_16gpu_h100_config"),
-                                        encoding="utf-8")
-    (tmp_path / "broken.py").write_text("def f(:\n", encoding="utf-8")
-    (tmp_path / "override.yaml").write_text(
-        "# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\n"
-        "model:\n  tensor_model_parallel_size: 3\n  tensor_model_paralel_size: 2\n", encoding="utf-8")
+    _tree_with_overrides(tmp_path)
     (tmp_path / "bad.yaml").write_text("# mbmem-lint: recipe=recipe.py::my_8gpu_h100_config\nmodel: [unclosed\n",
                                       encoding="utf-8")
 
