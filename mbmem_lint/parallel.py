@@ -17,7 +17,7 @@ import gc
 import os
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import Discovered
@@ -26,7 +26,7 @@ from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile
 
 if TYPE_CHECKING:
-    from mbmem_lint.pipeline import EstimateRow  # pipeline imports this module on use
+    from mbmem_lint.pipeline import EstimateRow, PerFile  # pipeline imports this module on use
 
 YAML_TASK = -1  # the task that loads override files and resolves the recipes they name
 
@@ -94,9 +94,9 @@ class TaskResult:
     failed: list[str]
     functions_seen: int
     estimates: list[EstimateRow] = field(default_factory=list)  # each recipe's, when wanted
-    # Results-cache runs: recipe file -> (its findings, the files they depend on); the tool
-    # diagnostics and the YAML task's findings stay in ``diagnostics``.
-    per_file: dict[str, tuple[list[Diagnostic], set[str]]] = field(default_factory=dict)
+    # Results-cache runs: each recipe file's findings and dependencies (``diagnostics`` then holds only
+    # the tool diagnostics, ``paired`` the YAML task's findings).
+    per_file: PerFile = field(default_factory=dict)
     # Results-cache runs: the YAML task's findings (override files, paired recipes), never cached.
     paired: list[Diagnostic] = field(default_factory=list)
 
@@ -131,8 +131,7 @@ def _run_task(index: int) -> TaskResult:
     try:
         return _task(work, index)
     except Exception as exc:  # reported, not raised
-        paths = [s.path for s in work.found.yaml] if index == YAML_TASK else work.groups[index]
-        return _failure(paths, f"{type(exc).__name__}: {exc}")
+        return _failure(_task_paths(work, index), f"{type(exc).__name__}: {exc}")
     finally:
         if gc.get_count()[0] > _COLLECT_AFTER_OBJECTS:
             gc.collect(1)
@@ -140,7 +139,13 @@ def _run_task(index: int) -> TaskResult:
 
 def _task(work: _Work, index: int) -> TaskResult:
     from mbmem_lint.check.engine import run_checks
-    from mbmem_lint.pipeline import file_checker, filter_tool_diagnostics, load_overrides, recipe_estimates
+    from mbmem_lint.pipeline import (
+        file_checker,
+        file_recorder,
+        filter_tool_diagnostics,
+        load_overrides,
+        recipe_estimates,
+    )
 
     resolver = _worker_resolver(work)
     result = resolver.result
@@ -148,7 +153,7 @@ def _task(work: _Work, index: int) -> TaskResult:
     sources = work.found.sources
     findings: list[Diagnostic] = []
     estimates: list[EstimateRow] | None = [] if work.want_estimates else None
-    per_file: dict[str, tuple[list[Diagnostic], set[str]]] = {}
+    per_file: PerFile = {}
     if index == YAML_TASK:
         overrides, override_diags = load_overrides(work.found)
         resolver.resolve_paired(resolver.pair_overrides(overrides))
@@ -160,12 +165,8 @@ def _task(work: _Work, index: int) -> TaskResult:
     else:
         envs = [env for env in (resolver.adopt(sources[p]) for p in work.groups[index]) if env is not None]
         if work.per_file:
-            def on_file(path: str, recipes: list[Any]) -> None:
-                # Imports ran while the file's recipes resolved, so its dependencies are complete here.
-                per_file[path] = (run_checks(recipes, [], work.settings, sources),
-                                  resolver.project.dependencies(path))
-
-            resolver.resolve_modules(envs, on_file)
+            resolver.resolve_modules(envs, file_recorder(work.settings, work.found, resolver.project.dependencies,
+                                                         per_file))
         else:
             resolver.resolve_modules(envs, file_checker(work.settings, work.found, findings, estimates))
     tool = filter_tool_diagnostics(result.diagnostics[diags_before:], work.settings)
@@ -298,8 +299,12 @@ def _worker_main(queue_r: int, result_w: int) -> None:
 def _lost_task(index: int) -> TaskResult:
     work = _WORK
     assert work is not None
-    paths = [s.path for s in work.found.yaml] if index == YAML_TASK else work.groups[index]
-    return _failure(paths, "the worker process checking this file exited without reporting")
+    return _failure(_task_paths(work, index), "the worker process checking this file exited without reporting")
+
+
+def _task_paths(work: _Work, index: int) -> list[str]:
+    """The files a task checks: its group, or every YAML file for the YAML task."""
+    return [s.path for s in work.found.yaml] if index == YAML_TASK else work.groups[index]
 
 
 def _failure(paths: list[str], why: str) -> TaskResult:

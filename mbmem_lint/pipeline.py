@@ -6,6 +6,7 @@ The CLI is a thin layer over :func:`run_check`; tests use :func:`lint_source`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ class CheckRun:
 
 
 EstimateRow = tuple[tuple[str, str, list[str]], dict[str, Any]]  # (sort key, estimate JSON)
+PerFile = dict[str, tuple[list[Diagnostic], set[str]]]  # recipe file -> (its findings, its dependencies)
 
 
 def recipe_estimates(recipes: list[ResolvedRecipe]) -> list[EstimateRow]:
@@ -154,6 +156,20 @@ def file_checker(settings: Settings, found: Discovered, out: list[Diagnostic],
     return on_file
 
 
+def file_recorder(settings: Settings, found: Discovered, dependencies: Callable[[str], set[str]],
+                  out: PerFile) -> Any:
+    """An ``on_file`` callback for results-cache runs (one process, or each parallel task): each
+    file's findings and the linted files they depend on, into ``out``."""
+    from mbmem_lint.check.engine import run_checks
+
+    def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
+        # Imports run while the file's recipes resolve, so its dependencies are complete here.
+        deps = dependencies(path)
+        out[path] = (run_checks(recipes, [], settings, found.sources), deps)
+
+    return on_file
+
+
 def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOptions,
                       need_edits: bool) -> CheckRun:
     """Check with the results cache: files whose findings (and dependencies) are cached are not
@@ -189,9 +205,6 @@ def _run_check_cached(found: Discovered, settings: Settings, options: ResolveOpt
     return run
 
 
-PerFile = dict[str, tuple[list[Diagnostic], set[str]]]  # recipe file -> (its findings, its dependencies)
-
-
 def _check_stale(found: Discovered, settings: Settings, options: ResolveOptions,
                  stale: set[str]) -> tuple[CheckRun, PerFile, list[Diagnostic], list[Diagnostic]]:
     """One process: (run, findings by file, tool diagnostics, YAML-paired findings) for ``stale``."""
@@ -199,12 +212,7 @@ def _check_stale(found: Discovered, settings: Settings, options: ResolveOptions,
 
     resolver_holder: list[Resolver] = []
     per_file: PerFile = {}
-
-    def on_file(path: str, recipes: list[ResolvedRecipe]) -> None:
-        # Imports run while the file's recipes resolve, so its dependencies are complete here.
-        deps = resolver_holder[0].project.dependencies(path)
-        per_file[path] = (run_checks(recipes, [], settings, found.sources), deps)
-
+    on_file = file_recorder(settings, found, lambda path: resolver_holder[0].project.dependencies(path), per_file)
     run = _resolve_found(found, settings, options, own=stale, resolver_out=resolver_holder, on_file=on_file)
     paired = run_checks(run.recipes, run.overrides, settings, run.sources)
     return run, per_file, filter_tool_diagnostics(run.diagnostics, settings), paired

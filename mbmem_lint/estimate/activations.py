@@ -59,10 +59,16 @@ def lora_regather_active(inp: Inputs, surface: str) -> bool:
     return not (surface == "fc1" and inp.rec.granularity == "selective" and "mlp" in inp.rec.modules)
 
 
+def _score_dims(inp: Inputs) -> tuple[float, float]:
+    """(b·np, s) of one layer's attention scores on this rank: the batch times the heads TP keeps, and the
+    sequence CP keeps (sq = sk)."""
+    return inp.train.mbs * inp.shape.heads / inp.par.tp, inp.train.seq / inp.par.cp
+
+
 def attention_scores(inp: Inputs) -> float:
     """Elements of one layer's attention-score matrix on this rank, b·np·sq·sk (CP splits the sequence)."""
-    sl = inp.train.seq / inp.par.cp
-    return inp.train.mbs * inp.shape.heads / inp.par.tp * sl * sl
+    attn_batches, sl = _score_dims(inp)
+    return attn_batches * sl * sl
 
 
 def core_attn_checkpointed(inp: Inputs) -> bool:
@@ -73,8 +79,7 @@ def fused_softmax_applies(inp: Inputs) -> bool:
     """MCore FusedScaleMaskSoftmax.is_kernel_available (fusions/fused_softmax.py L238-268, Core 0.19.2): the
     fused kernel needs masked_softmax_fusion, 16 < sk <= 4096, sq and sk multiples of 4 and b·np a multiple of
     4 (the causal kernel's batch_per_block is 4 for sk > 128). Otherwise the torch fallback runs."""
-    sl = inp.train.seq / inp.par.cp
-    attn_batches = inp.train.mbs * inp.shape.heads / inp.par.tp
+    attn_batches, sl = _score_dims(inp)
     return (inp.rt.softmax_fusion and 16 < sl <= 4096 and sl % 4 == 0
             and attn_batches == int(attn_batches) and int(attn_batches) % 4 == 0)
 
