@@ -1,10 +1,12 @@
-"""The command line itself (argparse): default command, ``--version``, usage errors (exit 2), option
-forms, and that importing it pulls in neither a CLI library nor the linter's heavy modules."""
+"""The command line itself (click): default command, ``--version``, usage errors (exit 2), option
+forms, lazily imported commands, shell completion, and that importing it pulls in none of the
+linter's heavy modules."""
 
 from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +28,19 @@ def test_default_command_is_check() -> None:
     assert run_cli(["--no-color", BAD]) == explicit
 
 
-def test_no_arguments_prints_check_help() -> None:
+def test_no_arguments_prints_the_command_list() -> None:
     res = run_cli([])
+    assert res.exit_code == 0 and res.stderr == ""
+    assert res.stdout == run_cli(["--help"]).stdout
+    assert res.stdout.startswith("Usage: mbmem-lint [OPTIONS] COMMAND [ARGS]...")
+
+
+def test_check_help_lists_its_options() -> None:
+    res = run_cli(["check", "-h"])
     assert res.exit_code == 0
-    assert res.stdout.startswith("usage: mbmem-lint check") and "--world-size" in res.stdout
+    assert res.stdout.startswith("Usage: mbmem-lint check [OPTIONS] PATHS...")
+    for option in ("--format", "--world-size", "--select", "--fix", "--diff", "--unsafe-fixes", "--no-color"):
+        assert option in res.stdout
 
 
 @pytest.mark.parametrize("flag", ["-h", "--help"])
@@ -37,7 +48,7 @@ def test_help_lists_commands(flag: str) -> None:
     res = run_cli([flag])
     assert res.exit_code == 0
     for command in ("check", "resolve", "estimate", "rules", "rule", "dev"):
-        assert f"\n    {command} " in res.stdout
+        assert f"\n  {command} " in res.stdout
 
 
 def test_version() -> None:
@@ -56,14 +67,23 @@ def test_version() -> None:
         (["check", "--format", "xml", BAD], "--format"),
         (["check"], "PATHS"),
         (["rule"], "CODE"),
-        (["dev"], "COMMAND"),
+        (["resolve"], "PATH"),
+        (["estimate", "a.py", "b.py"], "unexpected extra argument"),
     ],
 )
 def test_usage_errors_exit_2(args: list[str], needle: str) -> None:
     res = run_cli(args)
     assert res.exit_code == 2
     assert res.stdout == ""
-    assert "error:" in res.stderr and needle in res.stderr
+    assert "\nError: " in res.stderr and needle in res.stderr
+    assert res.stderr.startswith("Usage: mbmem-lint ")
+
+
+def test_group_without_command_shows_its_help_and_exits_2() -> None:
+    res = run_cli(["dev"])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.startswith("Usage: mbmem-lint dev [OPTIONS] COMMAND")
+    assert "regenerate" in res.stderr and "docs" in res.stderr
 
 
 def test_patch_to_a_directory_is_a_usage_error(tmp_path: Path) -> None:
@@ -116,9 +136,28 @@ def test_python_m_exit_codes_and_no_heavy_imports() -> None:
     assert (version.returncode, version.stdout) == (0, f"mbmem-lint, version {__version__}\n")
     assert run("-m", "mbmem_lint", BAD).returncode == 1
     probe = run("-c", "import sys, mbmem_lint.cli; "
-                      "print(sorted(m for m in sys.modules if m == 'click' or m.startswith('mbmem_lint.')))")
+                      "print(sorted(m for m in sys.modules if m.startswith('mbmem_lint.')))")
     assert probe.returncode == 0, probe.stderr
-    assert probe.stdout.strip() == "['mbmem_lint.cli']"
+    assert probe.stdout.strip() == "['mbmem_lint.cli', 'mbmem_lint.commands', 'mbmem_lint.commands.common']"
+    # --version answers from the group: no command module is imported.
+    probe = run("-c", "import sys, mbmem_lint.cli as c; c.main(['--version']); "
+                      "print(sorted(m for m in sys.modules if m.startswith('mbmem_lint.commands.')))")
+    assert probe.stdout.splitlines()[-1] == "['mbmem_lint.commands.common']"
+
+
+@pytest.mark.slow
+def test_shell_completion_completes_commands_and_options() -> None:
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "_MBMEM_LINT_COMPLETE": "bash_complete", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split(" ")) - 1)}
+        proc = subprocess.run([sys.executable, "-m", "mbmem_lint"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
+
+    assert complete("mbmem-lint es") == ["estimate"]
+    assert set(complete("mbmem-lint check --form")) == {"--format"}
+    assert complete("mbmem-lint check --format sa") == ["sarif"]
 
 
 @pytest.mark.slow

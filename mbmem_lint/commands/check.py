@@ -1,0 +1,81 @@
+"""``mbmem-lint check``: lint recipe files and YAML overrides (the default command)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from mbmem_lint.commands.common import (
+    EXIT_FINDINGS,
+    fail,
+    format_option,
+    load_settings_for,
+    resolve_options,
+    target_options,
+)
+
+FORMATS = ("text", "json", "github", "sarif", "markdown")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+               short_help="Lint recipe files and YAML overrides (the default command).")
+@click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
+@format_option(FORMATS, None, "Output format (default: text; github inside GitHub Actions).")
+@target_options
+@click.option("--select", multiple=True, metavar="CODE", help="Only these rule codes or prefixes (repeatable).")
+@click.option("--ignore", multiple=True, metavar="CODE", help="Skip these rule codes or prefixes (repeatable).")
+@click.option("--fail-level", type=click.Choice(("error", "warning", "info")),
+              help="Lowest severity that makes the exit code 1 (default: warning).")
+@click.option("--fix", is_flag=True, help="Show fixes as a unified diff (writes nothing).")
+@click.option("--diff", is_flag=True, help="Print only the diff of the fixes (writes nothing; exit 1 if any).")
+@click.option("--apply", "apply_fixes", is_flag=True, help="Write safe fixes to the files.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix/--apply, include fixes that change behaviour.")
+@click.option("--patch", "patch_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write the diff to this file.")
+@click.option("--color/--no-color", default=None, help="Colour the text output (default: when a TTY).")
+def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: int | None, recipe: str | None,
+          set_items: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...], fail_level: str | None,
+          fix: bool, diff: bool, apply_fixes: bool, unsafe_fixes: bool, patch_file: str | None,
+          color: bool | None) -> int:
+    """Lint recipe files and YAML overrides (files or folders).
+
+    Exit 0 when clean, 1 with findings at or above the fail level (or fixes shown with --diff),
+    2 for usage or input errors."""
+    from mbmem_lint.discover.files import MissingPathError
+    from mbmem_lint.pipeline import exit_code, run_check
+    from mbmem_lint.report import default_format, render
+
+    settings = load_settings_for(list(paths))
+    if select:
+        settings.select = list(select)
+    if ignore:
+        settings.ignore = list(settings.ignore) + list(ignore)
+    if fail_level:
+        settings.fail_level = fail_level
+    options = resolve_options(gpu, world_size, recipe, set_items)
+    fmt = fmt or default_format()
+    fixing = fix or diff or apply_fixes or bool(patch_file)
+    try:
+        run = run_check(list(paths), settings, options, need_edits=fixing or fmt in ("json", "sarif"),
+                        want_estimates=not fixing and fmt in ("github", "markdown"))
+    except MissingPathError as exc:
+        fail(f"{exc}: no such file or directory")
+    code = exit_code(run.diagnostics, settings)
+    if fixing:
+        from mbmem_lint.commands.common import echo
+        from mbmem_lint.fix.output import render_fix_output
+
+        mode = "apply" if apply_fixes else ("diff" if diff else "fix")
+        if mode != "diff":
+            render(run.diagnostics, fmt, sources=run.sources, stream=sys.stdout, color=color)
+        text, n_fixes = render_fix_output(run.diagnostics, run.sources, mode=mode,  # type: ignore[arg-type]
+                                          unsafe=unsafe_fixes, patch_file=patch_file)
+        if text:
+            echo(text, nl=not text.endswith("\n"))
+        if mode == "diff" and n_fixes:
+            code = max(code, EXIT_FINDINGS)
+        return code
+    estimates = run.estimates if fmt in ("github", "markdown") else None
+    render(run.diagnostics, fmt, sources=run.sources, stream=sys.stdout, estimates=estimates, color=color)
+    return code

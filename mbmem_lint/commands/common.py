@@ -1,0 +1,106 @@
+"""What the commands share: the input-error exception, output, settings, the target options.
+
+Everything here is imported by every command, so it stays light: the linter's modules load inside
+the functions that need them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from collections.abc import Callable
+    from typing import Any, NoReturn, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
+
+PROG = "mbmem-lint"
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class Failure(click.ClickException):
+    """An input error found while running a command (a missing path, bad configuration, an unknown
+    GPU): printed as ``mbmem-lint: error: ...``, exit 2. Usage errors are click's own."""
+
+    exit_code = EXIT_ERROR
+
+    def show(self, file: Any = None) -> None:
+        echo(f"{PROG}: error: {self.format_message()}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    raise Failure(message)
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Write to the current ``sys.stdout``/``sys.stderr`` and flush (stdout and stderr stay in order
+    when both go to one pipe). Not ``click.echo``: reports write to ``sys.stdout`` directly too."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n" if nl else text)
+    stream.flush()
+
+
+def load_settings_for(paths: list[str]) -> Any:
+    """``[tool.mbmem-lint]`` of the pyproject nearest the first path (or the working folder)."""
+    from pathlib import Path
+
+    from mbmem_lint.settings import SettingsError, load_settings
+
+    try:
+        return load_settings(Path(paths[0]) if paths else None)
+    except SettingsError as exc:
+        fail(str(exc))
+
+
+def resolve_options(gpu: str | None, world_size: int | None, recipe: str | None, set_items: tuple[str, ...],
+                    function: str | None = None) -> Any:
+    """The resolver's options from the target options; a bad value is an input error."""
+    from mbmem_lint.parse.yaml_overrides import parse_dotlist
+    from mbmem_lint.resolve.resolver import ResolveOptions
+
+    if gpu:
+        from mbmem_lint.estimate.gpus import UnknownGpuError, resolve_gpu
+
+        try:
+            resolve_gpu(gpu)
+        except UnknownGpuError as exc:
+            fail(str(exc))
+    set_file = None
+    if set_items:
+        set_file = parse_dotlist(list(set_items))
+        bad = [d for d in set_file.diagnostics if d.severity == "error"]
+        if bad:
+            fail("; ".join(d.message for d in bad))
+    if recipe is not None and "::" not in recipe:
+        fail(f"--recipe must look like FILE::FUNCTION, got {recipe!r}")
+    return ResolveOptions(gpu=gpu, world_size=world_size, function=function, recipe_ref=recipe,
+                          set_overrides=set_file)
+
+
+def split_target(path: str) -> tuple[str, str | None]:
+    """``FILE::FUNCTION`` → (FILE, FUNCTION); a plain path → (path, None)."""
+    if "::" in path:
+        file_part, _, function = path.partition("::")
+        return file_part, function or None
+    return path, None
+
+
+def target_options(func: F) -> F:
+    """``--gpu``, ``--world-size``, ``--recipe``, ``--set``: what the run targets and overrides."""
+    for option in reversed((
+        click.option("--gpu", metavar="NAME", help="Target GPU (h100, h200, b200, gb200, a100-40gb, ...)."),
+        click.option("--world-size", type=click.IntRange(min=1), help="Number of GPUs of the job."),
+        click.option("--recipe", metavar="FILE::FUNCTION", help="Recipe the given YAML override files apply to."),
+        click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
+                     help="Hydra-style override (repeatable): model.tensor_model_parallel_size=4."),
+    )):
+        func = option(func)
+    return func
+
+
+def format_option(choices: tuple[str, ...], default: str | None, help_text: str) -> Callable[[F], F]:
+    return click.option("--format", "fmt", type=click.Choice(choices), default=default, show_default=default is not None,
+                        help=help_text)
