@@ -180,3 +180,30 @@ def test_bad_set_exit_2(recipe_dir):
 def test_unknown_gpu_exit_2(recipe_dir):
     res = invoke(["resolve", "sub/my_recipe.py", "--gpu", "tpu-v9"], recipe_dir)
     assert res.exit_code == 2
+
+
+def test_resolve_takes_several_paths_like_check() -> None:
+    """``resolve A B FILE::FUNCTION``: the recipes of every path, in the order given; a function
+    filter applies to its own path only."""
+    good = ROOT / "fixtures" / "recipes" / "good"
+    bad = ROOT / "fixtures" / "recipes" / "bad" / "llama3_70b_offload.py"
+    lora = good / "qwen3_8b_lora.py"
+    one_lora = json.loads(run_cli(["resolve", str(lora), "--format", "json"]).stdout)["recipes"]
+    assert len(one_lora) == 1
+    res = run_cli(["resolve", str(good), str(bad), "--format", "json"])
+    assert res.exit_code == 0, res.stderr
+    recipes = json.loads(res.stdout)["recipes"]
+    files = [Path(r["file"]).name for r in recipes]
+    assert sorted(set(files)) == sorted([p.name for p in good.glob("*.py")] + [bad.name])
+    function = one_lora[0]["function"]
+    both = run_cli(["resolve", str(bad), f"{lora}::{function}", "--format", "json"])
+    assert both.exit_code == 0, both.stderr
+    got = json.loads(both.stdout)["recipes"]
+    assert [(Path(r["file"]).name, r["function"]) for r in got][-1] == (lora.name, function)
+    assert [Path(r["file"]).name for r in got[:-1]] == [bad.name] * (len(got) - 1)
+    assert got[-1]["fields"] == one_lora[0]["fields"]
+
+
+def test_resolve_with_a_missing_path_among_several_exits_2(tmp_path: Path) -> None:
+    res = run_cli(["resolve", str(ROOT / "fixtures" / "recipes" / "good"), str(tmp_path / "nope.py")])
+    assert res.exit_code == 2 and "no such file or directory" in res.stderr
