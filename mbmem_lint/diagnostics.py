@@ -6,8 +6,9 @@ These types are the contract between resolve → check → estimate → fix → 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from mbmem_lint.records import dataclass, field
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}

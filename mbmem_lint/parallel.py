@@ -15,12 +15,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import Discovered
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
 from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic
 from mbmem_lint.discover.files import Discovered, discover
 from mbmem_lint.parse.yaml_overrides import OverrideFile, load_override_file
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
 from mbmem_lint.settings import Settings

@@ -40,9 +40,10 @@ import fnmatch
 import functools
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mbmem_lint.records import dataclass, field
 
 
 def safe_resolve(path: str | Path) -> Path:

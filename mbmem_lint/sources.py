@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from mbmem_lint.records import dataclass
 
 SourceKind = Literal["python", "yaml"]
 

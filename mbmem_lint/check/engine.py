@@ -13,12 +13,12 @@ or rule names (``env-var-bool-value``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from mbmem_lint.check.registry import all_rules
 from mbmem_lint.check.rule import Finding, Rule, RuleContext
 from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic, Location, Severity
 from mbmem_lint.parse.yaml_overrides import OverrideFile
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mbmem_lint.diagnostics import Applicability, Edit, Fix, Location, Severity
 from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.flatten import LazyWrites
 from mbmem_lint.resolve.resolved import UNKNOWN, ResolvedRecipe, Write, is_known
 from mbmem_lint.settings import Settings

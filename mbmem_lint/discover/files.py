@@ -9,11 +9,11 @@ diagnostic instead of an error.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from mbmem_lint.diagnostics import Diagnostic, Location
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.settings import Settings, path_matches, remember_resolved, safe_resolve
 from mbmem_lint.sources import SourceFile, SourceKind
 

@@ -7,10 +7,10 @@ Every UNKNOWN is handled here, once: either a documented default (recorded in
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.estimate.types import EstimateUnavailable
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import Unknown, is_known
 
 Getter = Callable[[str], Any]

@@ -7,9 +7,8 @@ split over EP·ETP). ``linear`` is the TP-sharded GEMM weight subset (FP8 casts 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mbmem_lint.estimate.inputs import Shape
+from mbmem_lint.records import dataclass
 
 
 @dataclass

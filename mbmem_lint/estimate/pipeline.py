@@ -6,10 +6,10 @@ Layer indices: decoder layers ``0..num_layers-1``; MTP layers are numbered ``num
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.estimate.inputs import Par
+from mbmem_lint.records import dataclass, field
 
 
 @dataclass

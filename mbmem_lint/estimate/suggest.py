@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.estimate.api import estimate_recipe
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 
 GIB = 1024**3

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.estimate.gpus import GpuSpec
+from mbmem_lint.records import dataclass, field
 
 # Component kinds. "state", "activation" and "workspace" live in PyTorch's caching allocator
 # (they are what ``torch.cuda.max_memory_allocated`` reports); "runtime" is outside it

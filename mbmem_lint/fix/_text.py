@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.records import dataclass
 
 
 class LineTable:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from mbmem_lint.diagnostics import Diagnostic, Edit, Fix
+from mbmem_lint.records import dataclass, field
 
 
 class EditConflict(ValueError):

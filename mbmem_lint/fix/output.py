@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Literal
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.fix.apply import EditConflict, apply_edits, plan_fixes, select_fixes
 from mbmem_lint.fix.diff import format_saving, quote_block, repo_relative, unified_diff
 from mbmem_lint.fix.write import apply_fixes_to_files, fixable_here, write_patch
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.sources import Sources
 
 FixMode = Literal["diff", "fix", "apply"]

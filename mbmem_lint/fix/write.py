@@ -10,11 +10,11 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Literal
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.fix.apply import EditConflict, apply_edits, plan_fixes, select_fixes
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.sources import Sources
 
 ChangeStatus = Literal["written", "refused", "failed"]

@@ -34,10 +34,10 @@ import re
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mbmem_lint.diagnostics import Diagnostic, Location, Severity
+from mbmem_lint.records import dataclass, field
 
 
 class Missing:

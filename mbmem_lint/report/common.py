@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic
+from mbmem_lint.records import dataclass
 from mbmem_lint.settings import safe_resolve
 
 

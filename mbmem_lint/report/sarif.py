@@ -15,13 +15,13 @@ import hashlib
 import importlib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
 import mbmem_lint
 from mbmem_lint.diagnostics import Diagnostic
+from mbmem_lint.records import dataclass
 from mbmem_lint.report.common import ordered, repo_path
 from mbmem_lint.sources import Sources
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.data import data_file
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.schema import Schema
 
 GPT_PROVIDER = "megatron.bridge.models.gpt_provider.GPTModelProvider"

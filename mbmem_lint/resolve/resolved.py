@@ -16,10 +16,10 @@ interpreter's internals. Values are plain JSON-like Python values:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.records import dataclass, field
 
 # Where a value came from, as written in ``resolve --format json``.
 ORIGINS = (

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from mbmem_lint.diagnostics import Diagnostic, Location
 from mbmem_lint.discover.files import read_source
 from mbmem_lint.parse.python import PythonParseError, lower_module
 from mbmem_lint.parse.yaml_overrides import OverrideFile
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve import interpreter as interp_mod
 from mbmem_lint.resolve.cache import IRCache
 from mbmem_lint.resolve.clone import clone

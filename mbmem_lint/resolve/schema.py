@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.data import data_file
+from mbmem_lint.records import dataclass, field
 
 SCHEMA_FILE = "schema.pack"
 CONFIG_CONTAINER = "megatron.bridge.training.config.ConfigContainer"

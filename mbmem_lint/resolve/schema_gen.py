@@ -25,9 +25,10 @@ import math
 import operator
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mbmem_lint.records import dataclass, field
 
 PACKAGES = ("bridge", "core", "training")
 

@@ -7,10 +7,10 @@ themselves. Everything else is one of the classes below, or :class:`Unknown`.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import Unknown
 
 if TYPE_CHECKING:

@@ -1,0 +1,100 @@
+"""``mbmem_lint.records.dataclass`` behaves as ``dataclasses.dataclass`` for what the tool uses:
+the same ``repr``, equality, hashing and frozen guards, field options honoured, a class body's own
+methods kept. Each case builds the same class with both decorators and compares them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from mbmem_lint import records
+
+
+def _both(body: dict[str, Any], annotations: dict[str, str], **options: Any) -> tuple[type, type]:
+    def make(decorator: Any) -> type:
+        ns = {"__annotations__": dict(annotations), "__module__": __name__, "__doc__": "A test class.",
+              **{k: (v() if callable(v) and getattr(v, "_fresh", False) else v) for k, v in body.items()}}
+        return decorator(type("Point", (), ns), **options) if options else decorator(type("Point", (), ns))
+    return make(dataclasses.dataclass), make(records.dataclass)
+
+
+def _fresh_field(**kwargs: Any) -> Any:
+    def build() -> Any:
+        return dataclasses.field(**kwargs)
+    build._fresh = True  # type: ignore[attr-defined]
+    return build
+
+
+ANN = {"x": "int", "y": "int", "tag": "str"}
+
+
+@pytest.mark.parametrize("options", [{}, {"frozen": True}, {"slots": True}, {"eq": False}, {"repr": False}])
+def test_same_repr_eq_and_hashability_as_the_standard_decorator(options: dict[str, Any]) -> None:
+    std, ours = _both({"tag": "a"}, ANN, **options)
+    a, b, c = (ours(1, 2), ours(1, 2), ours(1, 3))
+    sa, sb, sc = (std(1, 2), std(1, 2), std(1, 3))
+    if options.get("repr", True):
+        assert repr(a) == repr(sa) == "Point(x=1, y=2, tag='a')"
+    assert (a == b, a == c, a != b) == (sa == sb, sa == sc, sa != sb)
+    assert (ours.__hash__ is None) == (std.__hash__ is None)
+    if ours.__hash__ is not None and options.get("eq", True):
+        assert hash(a) == hash(sa) == hash(b) and {a, b} == {a}
+    assert (a == (1, 2, "a")) is False  # other types are never equal
+    assert [f.name for f in dataclasses.fields(ours)] == ["x", "y", "tag"]
+
+
+def test_frozen_instances_reject_assignment_and_deletion() -> None:
+    _, ours = _both({"tag": "a"}, ANN, frozen=True)
+    p = ours(1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.x = 5  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del p.y  # type: ignore[misc]
+    assert dataclasses.replace(p, x=5) == ours(5, 2)
+
+
+def test_field_options_repr_compare_hash() -> None:
+    body = {"tag": _fresh_field(default="a", repr=False, compare=False),
+            "y": _fresh_field(default=0, hash=False)}
+    std, ours = _both(body, ANN, frozen=True)
+    assert repr(ours(1, 2, "b")) == repr(std(1, 2, "b")) == "Point(x=1, y=2)"
+    assert ours(1, 2, "b") == ours(1, 2, "c")  # tag is not compared
+    assert hash(ours(1, 2)) == hash(std(1, 2)) == hash(ours(1, 3))  # y is not hashed
+    assert ours(1, 2) != ours(1, 3)
+
+
+def test_default_factory_and_subclass_equality() -> None:
+    body = {"tag": _fresh_field(default_factory=list)}
+    _, ours = _both(body, {"x": "int", "tag": "list[int]"})
+    a, b = ours(1), ours(1)
+    assert a.tag == [] and a.tag is not b.tag and a == b
+
+    class Sub(ours):  # type: ignore[valid-type, misc]
+        pass
+
+    assert Sub(1) != ours(1) and ours(1) != Sub(1)  # equal only within one class, as the standard one
+
+
+def test_the_class_body_methods_win() -> None:
+    def __eq__(self: Any, other: Any) -> bool:
+        return True
+
+    def __repr__(self: Any) -> str:
+        return "mine"
+
+    def __hash__(self: Any) -> int:
+        return 7
+
+    std, ours = _both({"__eq__": __eq__, "__repr__": __repr__, "__hash__": __hash__}, ANN, frozen=True)
+    for cls in (std, ours):
+        p = cls(1, 2, "t")
+        assert (repr(p), p == 3, hash(p)) == ("mine", True, 7)
+
+
+def test_recursive_repr_is_cut_like_the_standard_one() -> None:
+    std, ours = _both({}, {"child": "object"})
+    s, o = std(None), ours(None)
+    s.child, o.child = s, o
+    assert repr(o) == repr(s) == "Point(child=...)"
