@@ -9,7 +9,9 @@ Layout (all deterministic, so ``dev regenerate --check`` compares bytes)::
     b"MBMPACK1\\n" + b"<header length>\\n" + header JSON + entry blobs
 
 The header is ``{"meta": ..., "index": {name: [offset, length]}}``; offsets count from the first
-blob; each blob is one entry's compact, key-sorted JSON, zlib-compressed.
+blob; each blob is one entry's compact, key-sorted JSON, zlib-compressed. A pack of many small
+entries may add ``"zdict": [offset, length]``: a raw blob used as zlib's preset dictionary for
+every entry (small entries compressed alone lose most of what they share with each other).
 """
 
 from __future__ import annotations
@@ -30,16 +32,34 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def dump_pack(meta: Any, entries: Mapping[str, Any]) -> bytes:
-    blobs: list[bytes] = []
+ZDICT_SIZE = 32_768  # zlib's window: a longer preset dictionary is not used
+
+
+def _compress(data: bytes, zdict: bytes | None) -> bytes:
+    if zdict is None:
+        return zlib.compress(data, 9)
+    packer = zlib.compressobj(9, zdict=zdict)
+    return packer.compress(data) + packer.flush()
+
+
+def dump_pack(meta: Any, entries: Mapping[str, Any], *, dictionary_sample: list[str] | None = None) -> bytes:
+    """``dictionary_sample``: names of entries whose encodings, concatenated (the last 32 KiB), are
+    the preset dictionary every entry is compressed against."""
+    names = sorted(entries)
+    encoded = {name: _dumps(entries[name]) for name in names}
+    zdict = b"".join(encoded[n] for n in dictionary_sample)[-ZDICT_SIZE:] if dictionary_sample else None
+    blobs: list[bytes] = [zdict] if zdict is not None else []
+    offset = len(zdict) if zdict is not None else 0
     index: dict[str, list[int]] = {}
-    offset = 0
-    for name in sorted(entries):
-        blob = zlib.compress(_dumps(entries[name]), 9)
+    for name in names:
+        blob = _compress(encoded[name], zdict)
         index[name] = [offset, len(blob)]
         offset += len(blob)
         blobs.append(blob)
-    header = _dumps({"meta": meta, "index": index})
+    head: dict[str, Any] = {"meta": meta, "index": index}
+    if zdict is not None:
+        head["zdict"] = [0, len(zdict)]
+    header = _dumps(head)
     return MAGIC + str(len(header)).encode("ascii") + b"\n" + header + b"".join(blobs)
 
 
@@ -55,10 +75,12 @@ class Pack(Mapping[str, Any]):
             header = json.loads(data[nl + 1:nl + 1 + size])
             self.meta: Any = header["meta"]
             self._index: dict[str, list[int]] = dict(header["index"])
+            zdict_at = header.get("zdict")
         except (ValueError, KeyError, TypeError) as exc:
             raise PackError(f"damaged data pack header: {exc!r}") from exc
         self._data = data
         self._base = nl + 1 + size
+        self._zdict = data[self._base + zdict_at[0]:self._base + zdict_at[0] + zdict_at[1]] if zdict_at else None
         self._decoded: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> Any:
@@ -67,7 +89,11 @@ class Pack(Mapping[str, Any]):
             return hit
         offset, length = self._index[name]
         start = self._base + offset
-        value = json.loads(zlib.decompress(self._data[start:start + length]))
+        blob = self._data[start:start + length]
+        if self._zdict is None:
+            value = json.loads(zlib.decompress(blob))
+        else:
+            value = json.loads(zlib.decompressobj(zdict=self._zdict).decompress(blob))
         self._decoded[name] = value
         return value
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from mbmem_lint.data_pack import MAGIC, Pack, PackError, dump_pack
@@ -26,6 +28,36 @@ def test_bytes_are_deterministic() -> None:
     a = dump_pack({"m": 1}, {"x": {"k2": 1, "k1": 2}, "y": [3]})
     b = dump_pack({"m": 1}, {"y": [3], "x": {"k1": 2, "k2": 1}})
     assert a == b  # sorted names and keys, fixed compression level
+
+
+def test_shared_dictionary_round_trip_and_smaller_for_alike_entries() -> None:
+    entries = {f"e{i}": [["assign", f"cfg.model.field_{j}", ["const", i * j], [i, j]] for j in range(6)]
+               for i in range(40)}
+    alone = dump_pack({}, entries)
+    shared = dump_pack({}, entries, dictionary_sample=sorted(entries)[::7])
+    assert Pack(shared).to_dict() == Pack(alone).to_dict() == entries
+    assert len(shared) < len(alone)
+    assert dump_pack({}, entries, dictionary_sample=sorted(entries)[::7]) == shared  # deterministic
+
+
+def test_library_functions_are_decoded_on_their_first_call() -> None:
+    """The shipped summary keeps each top-level function body in its own entry: running a module
+    decodes its body only; calling a function decodes that function's body."""
+    from mbmem_lint.resolve.library import FUNCTION_BODY_MARK, LibrarySummary, split_function_bodies
+
+    body: list[list[Any]] = [["import", [["os", None]], [1, 1]],
+            ["def", "f", [], [["return", ["const", 1], [3, 5]]], [2, 1], None, []],
+            ["def", "g", [], [["return", ["const", 2], [5, 5]]], [4, 1], None, []]]
+    entries: dict[str, list[object]] = {"@0": []}
+    out = split_function_bodies(body, entries)
+    assert out[0] == body[0] and [s[3] for s in out[1:]] == ["@1", "@2"]
+    assert entries["@1"] == body[1][3] and entries["@2"] == body[2][3]
+    assert [s[:3] + s[4:] for s in out[1:]] == [s[:3] + s[4:] for s in body[1:]]
+    summary = LibrarySummary.load()
+    module = "megatron.bridge.recipes.llama.h100.llama3"  # 2980 lines of recipe functions
+    defs = [s for s in summary.module_body(module) or [] if s[0] == "def"]
+    assert defs and all(isinstance(s[3], str) and s[3].startswith(FUNCTION_BODY_MARK) for s in defs)
+    assert isinstance(summary.function_body(defs[0][3]), list)
 
 
 @pytest.mark.parametrize("data", [b"", b"PK\x03\x04 not a pack", MAGIC + b"12\n{not json}", MAGIC + b"x\n{}",

@@ -867,6 +867,8 @@ class Interpreter:
             special = self.project.special_call(fn.qualname)
             if special is not None:
                 return special(self, args, kwargs, call_loc)
+        if fn.body.__class__ is str:  # a library function whose body is decoded on its first call
+            fn.body = self.project.library.function_body(fn.body)
         key = _memo_key(fn, args, kwargs) if not self.may_total else None
         if key is None:
             return self._call_func(fn, args, kwargs, call_loc)

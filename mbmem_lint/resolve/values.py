@@ -110,7 +110,7 @@ class Func:
 
     name: str
     params: list[Any]
-    body: list[Any]
+    body: list[Any]  # a str until first called, for library functions (library.FUNCTION_BODY_MARK)
     module: Any  # ModuleEnv
     loc: list[int]
     returns: str | None
