@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("mbmem_lint.commands.check", "check"),
     "resolve": ("mbmem_lint.commands.resolve", "resolve"),
     "estimate": ("mbmem_lint.commands.estimate", "estimate"),
+    "diagnose": ("mbmem_lint.commands.diagnose", "diagnose"),
     "rules": ("mbmem_lint.commands.rules", "rules"),
     "rule": ("mbmem_lint.commands.rules", "rule"),
     "dev": ("mbmem_lint.commands.dev", "dev"),

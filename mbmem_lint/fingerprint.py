@@ -1,4 +1,7 @@
-"""Fingerprint of the installed engine, for the on-disk caches.
+"""Fingerprints: of the installed engine (for the on-disk caches) and of a resolved recipe's memory-relevant
+configuration (for recorded measurements).
+
+The engine:
 
 A version number alone does not change when the code does (an editable install, a patched wheel), so the
 caches also key on every file of the ``mbmem_lint`` package and of the rule catalog: path, size and
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 from mbmem_lint import __version__
 
@@ -44,3 +48,57 @@ def engine_fingerprint() -> str:
                     continue
                 h.update(f"{os.path.relpath(path, top)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.hexdigest()[:32]
+
+
+def estimate_inputs(recipe: Any, gpu: str | None = None, world_size: int | None = None) -> dict[str, Any]:
+    """The resolved values the memory estimate of ``recipe`` reads (path → value), found by running the
+    estimate with a getter that records what it is asked for. Raises what ``estimate_recipe`` raises."""
+    from mbmem_lint.estimate.api import DEFAULT_GPU, estimate_values, recipe_getter
+    from mbmem_lint.estimate.gpus import UnknownGpuError, resolve_gpu
+
+    get = recipe_getter(recipe)
+    seen: dict[str, Any] = {}
+
+    def recording(path: str) -> Any:
+        value = seen[path] = get(path)
+        return value
+
+    name = gpu or recipe.target.gpu or DEFAULT_GPU
+    try:
+        spec = resolve_gpu(name)
+    except UnknownGpuError:
+        spec = resolve_gpu(DEFAULT_GPU)
+    ws = world_size if world_size is not None else recipe.target.world_size
+    estimate_values(recording, gpu=spec, world_size=ws)
+    return seen
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON-able stand-in for a resolved value that is stable between runs (no object addresses)."""
+    import re
+
+    from mbmem_lint.resolve.resolved import is_known
+
+    if not is_known(value):
+        return "<unknown>"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return re.sub(r" at 0x[0-9a-f]+", "", f"{type(value).__name__}:{value!r}")
+
+
+def config_fingerprint(recipe: Any, gpu: str | None = None, world_size: int | None = None) -> str:
+    """Fingerprint of a resolved recipe for memory purposes: a hash of every value its estimate reads and
+    the target world size. Two recipes with the same fingerprint get the same estimate; a change to a
+    field the estimate does not read (logging, checkpoint paths) keeps it."""
+    import hashlib
+    import json
+
+    values = estimate_inputs(recipe, gpu, world_size)
+    ws = world_size if world_size is not None else recipe.target.world_size
+    payload = json.dumps({"world_size": ws, "values": {k: _canonical(v) for k, v in sorted(values.items())}},
+                         sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()[:32]

@@ -15,6 +15,8 @@ Example::
     torch-version = "2.10"       # for version-dependent rules
     megatron-core-version = "0.19.2"
     cache = true                 # on-disk cache under .cache/mbmem-lint
+    regression-threshold = 0.05  # check/estimate --base: peak-stage growth reported above this share
+    measurements = ".mbmem-lint/measurements.json"  # diagnose --record writes here; estimate reads it
 
     [tool.mbmem-lint.severity]
     MBM401 = "error"
@@ -130,6 +132,8 @@ class Settings:
     torch_version: str | None = None
     megatron_core_version: str = "0.19.2"
     cache: bool = False
+    regression_threshold: float = 0.05
+    measurements: str = ".mbmem-lint/measurements.json"
     targets: dict[str, TargetOverride] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     recipes: dict[str, str] = field(default_factory=dict)
@@ -221,6 +225,14 @@ def parse_settings(table: dict[str, Any], root: Path | None) -> Settings:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
                 raise SettingsError(f"[tool.mbmem-lint] {raw_key}: expected a number in [0, 1)")
             setattr(s, key, float(value))
+        elif key == "regression_threshold":
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 10:
+                raise SettingsError(f"[tool.mbmem-lint] {raw_key}: expected a number in [0, 10) (0.05 = 5%)")
+            s.regression_threshold = float(value)
+        elif key == "measurements":
+            if not isinstance(value, str) or not value:
+                raise SettingsError(f"[tool.mbmem-lint] {raw_key}: expected a file path")
+            s.measurements = value
         elif key in ("torch_version", "megatron_core_version"):
             setattr(s, key, str(value))
         elif key == "cache":
