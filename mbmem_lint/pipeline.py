@@ -313,14 +313,15 @@ def lint_source(
     settings: Settings | None = None,
     gpu: str | None = None,
     world_size: int | None = None,
+    base: str | None = None,
 ) -> list[Diagnostic]:
     """Lint one recipe snippet (and optionally a YAML override paired with every recipe in it).
 
     Files are written to a temporary folder so the run is the real one; paths in the diagnostics
-    are the bare file names.
+    are the bare file names. ``base``: the same file at a base revision (``check --base``).
     """
     return lint_source_run(source_text, filename=filename, yaml=yaml, settings=settings, gpu=gpu,
-                           world_size=world_size).diagnostics
+                           world_size=world_size, base=base).diagnostics
 
 
 def lint_source_run(
@@ -331,6 +332,7 @@ def lint_source_run(
     settings: Settings | None = None,
     gpu: str | None = None,
     world_size: int | None = None,
+    base: str | None = None,
 ) -> CheckRun:
     settings = settings or Settings()
     import tempfile
@@ -347,7 +349,14 @@ def lint_source_run(
                     yaml_text = f"# mbmem-lint: recipe={filename}::*\n" + yaml_text
                 Path("override.yaml").write_text(yaml_text, encoding="utf-8")
                 paths.append("override.yaml")
-            return run_check(paths, settings, ResolveOptions(gpu=gpu, world_size=world_size))
+            options = ResolveOptions(gpu=gpu, world_size=world_size)
+            if base is not None:
+                from mbmem_lint.regression import build_base_index
+
+                with tempfile.TemporaryDirectory(prefix="mbmem-base-") as base_dir:
+                    Path(base_dir, filename).write_text(base, encoding="utf-8")
+                    settings.base = build_base_index(Path(base_dir), Path(tmp), [filename], settings, options, "base")
+            return run_check(paths, settings, options)
         finally:
             os.chdir(old)
 

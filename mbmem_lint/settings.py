@@ -134,6 +134,9 @@ class Settings:
     cache: bool = False
     regression_threshold: float = 0.05
     measurements: str = ".mbmem-lint/measurements.json"
+    # Not from pyproject.toml: the base revision's estimates of a ``check --base`` run (a
+    # :class:`mbmem_lint.regression.BaseIndex`), read by rule MBM703.
+    base: Any = field(default=None, repr=False, compare=False)
     targets: dict[str, TargetOverride] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     recipes: dict[str, str] = field(default_factory=dict)

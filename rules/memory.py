@@ -102,4 +102,55 @@ MBM702 = Rule(
     references=("seed-facts §2.1, §4.5, §6; appendix rule J",),
 )
 
-RULES = [MBM701, MBM702]
+def _regression(ctx: RuleContext) -> Iterator[Finding]:
+    base_index = ctx.settings.base
+    if base_index is None:
+        return  # only `check --base REV` compares revisions
+    from mbmem_lint.regression import find_regression, regression_message
+
+    base = base_index.lookup(ctx.r)
+    if base is None:
+        return  # a new recipe, or one the change cannot affect
+    reg = find_regression(ctx.r, base, ctx.settings.regression_threshold)
+    if reg is None:
+        return
+    by_line: dict[tuple[str, int], list[Any]] = {}
+    anchors: dict[tuple[str, int], Any] = {}
+    for cause in reg.causes:
+        loc = ctx.pre_anchor(cause[0])
+        if loc.in_library:
+            continue  # the library did not change between the revisions: the user's line is elsewhere
+        key = (loc.path, loc.line)
+        by_line.setdefault(key, []).append(cause)
+        anchors.setdefault(key, loc)
+    if not by_line:  # no changed value accounts for it alone: report on the recipe
+        yield Finding(regression_message(reg, base_index.label, ctx.settings.regression_threshold, []),
+                      ["memory", *reg.changed[:8]], location=ctx.r.location)
+        return
+    for key, causes in by_line.items():
+        yield Finding(regression_message(reg, base_index.label, ctx.settings.regression_threshold, causes),
+                      ["memory", *[c[0] for c in causes]], location=anchors[key])
+
+
+MBM703 = Rule(
+    code="MBM703", name="memory-regression", severity="warning",
+    summary="The estimated peak memory of the recipe grew by more than regression-threshold since the base revision.",
+    fields=("memory",),
+    rationale=("A commit that raises the micro-batch size, drops recompute or changes the parallel layout can push "
+               "a recipe that ran into an OOM weeks later, on many GPUs. `check --base REV` estimates each "
+               "recipe at the base revision (read from git, no checkout) and in the working tree; when the "
+               "peak pipeline stage grew by more than `regression-threshold` (default 5%), the finding sits on "
+               "each line whose change accounts for the growth (re-estimated with that value put back), with "
+               "the components that grew. Without `--base` the rule does nothing."),
+    sources=(SourceRef("megatron/core/pipeline_parallel/schedules.py:2243-2244", "oom",
+                       "1F1B keeps up to PP microbatches of activations on the first stage: batch and recompute "
+                       "changes move the peak stage's memory"),),
+    check=_regression,
+    valid=(Example(py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8),
+                   base=py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8)),),
+    invalid=(Example(py("cfg.train.micro_batch_size = 4  # <-", base=SMALL, gpus=8),
+                     base=py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8)),),
+    references=("seed-facts §1.2 (regression threshold 5% in the perf table)",),
+)
+
+RULES = [MBM701, MBM702, MBM703]

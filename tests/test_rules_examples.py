@@ -25,7 +25,7 @@ CASES_VALID = [(r, i, ex) for r in all_rules() for i, ex in enumerate(r.valid)]
 
 def _lint(ex: Example) -> list[Diagnostic]:
     settings = parse_settings(dict(ex.settings), None)
-    return pipeline.lint_source(ex.code, filename="recipe.py", yaml=ex.yaml, settings=settings)
+    return pipeline.lint_source(ex.code, filename="recipe.py", yaml=ex.yaml, settings=settings, base=ex.base)
 
 
 def _expected(ex: Example) -> tuple[str, int]:

@@ -68,13 +68,15 @@ class Example:
 
     In an INVALID example the line the diagnostic must point at carries the marker ``# <-``
     (in the Python code, or in the YAML when the finding is on an override key).
-    ``settings`` are ``[tool.mbmem-lint]`` keys (``{"torch-version": "2.10"}``).
+    ``settings`` are ``[tool.mbmem-lint]`` keys (``{"torch-version": "2.10"}``). ``base`` is the
+    same file at the base revision, for rules that compare two revisions (``check --base``).
     """
 
     code: str
     yaml: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    base: str | None = None  # the recipe as it was at the base revision (cross-revision rules: MBM703)
 
     def expected_location(self) -> tuple[str, int] | None:
         """(``"python"`` | ``"yaml"``, 1-based line) of the ``# <-`` marker."""

@@ -34,10 +34,13 @@ FORMATS = ("text", "json", "github", "sarif", "markdown")
 @click.option("--patch", "patch_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Also write the diff to this file.")
 @click.option("--color/--no-color", default=None, help="Colour the text output (default: when a TTY).")
+@click.option("--base", "base_rev", metavar="REV",
+              help="Also compare each recipe's estimated peak with git revision REV (read from git, no checkout): "
+                   "MBM703 on the lines that grew it beyond regression-threshold.")
 def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: int | None, recipe: str | None,
           set_items: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...], fail_level: str | None,
           fix: bool, diff: bool, apply_fixes: bool, unsafe_fixes: bool, patch_file: str | None,
-          color: bool | None) -> int:
+          color: bool | None, base_rev: str | None = None) -> int:
     """Lint recipe files and YAML overrides (files or folders).
 
     Exit 0 when clean, 1 with findings at or above the fail level (or fixes shown with --diff),
@@ -54,6 +57,9 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
     if fail_level:
         settings.fail_level = fail_level
     options = resolve_options(gpu, world_size, recipe, set_items)
+    if base_rev is not None:
+        settings.cache = False  # cached findings know nothing of the base revision
+        settings.base = _base_index(list(paths), settings, options, base_rev)
     fmt = fmt or default_format()
     fixing = fix or diff or apply_fixes or bool(patch_file)
     try:
@@ -77,5 +83,28 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
             code = max(code, EXIT_FINDINGS)
         return code
     estimates = run.estimates if fmt in ("github", "markdown") else None
-    render(run.diagnostics, fmt, sources=run.sources, stream=sys.stdout, estimates=estimates, color=color)
+    regressions = None
+    if settings.base is not None and estimates is not None:
+        from mbmem_lint.regression import regression_rows
+
+        regressions = regression_rows(settings.base, estimates)
+    render(run.diagnostics, fmt, sources=run.sources, stream=sys.stdout, estimates=estimates, color=color,
+           regressions=regressions)
     return code
+
+
+def _base_index(paths: list[str], settings: object, options: object, rev: str) -> object:
+    """The base revision's estimates (an unknown revision or no git repository is an input error)."""
+    from mbmem_lint.discover.files import MissingPathError
+    from mbmem_lint.gitrev import RevisionError
+    from mbmem_lint.regression import base_index_for_revision
+
+    import os
+
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        fail(f"{MissingPathError(missing[0])}: no such file or directory")
+    try:
+        return base_index_for_revision(paths, settings, options, rev)  # type: ignore[arg-type]
+    except RevisionError as exc:
+        fail(f"--base: {exc}")

@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.diagnose.classify import Diagnosis, RunContext, Suggestion, diagnose, gib
-from mbmem_lint.diagnose.compare import Layout, StageComparison, compare, layout_from_estimate, layout_from_log
+from mbmem_lint.diagnose.compare import (
+    Layout,
+    StageComparison,
+    compare,
+    layout_from_estimate,
+    layout_from_log,
+)
 from mbmem_lint.diagnose.scan import ScanResult, scan_logs
 
 

@@ -220,9 +220,10 @@ def parse_report(text: str) -> tuple[int, str, str, dict[str, Any]] | None:
     m = F.MCORE_REPORT.search(text)
     if m:
         mib = 1024.0 * 1024.0
+        groups = m.groups()
 
         def b(i: int) -> int | None:
-            v = _float(m.group(i))
+            v = _float(groups[i - 1])
             return None if v is None else int(round(v * mib))
 
         return int(m.group(1)), "megatron-core", m.group(2).strip(), {
@@ -369,15 +370,16 @@ class Scanner:
         """Derive global ranks from Slurm task + torchrun local rank (one launcher per node) when every
         prefixed line carried both."""
         r = self.result
+        located: list[OomEvent | KnownErrorEvent] = [*r.ooms, *r.known]
         if self._tasks_with_local and self._max_local >= 0:
             per = self._max_local + 1
             r.local_ranks_per_task = per
-            for ev in [*r.ooms, *r.known]:
+            for ev in located:
                 w = ev.where
                 if w.rank is None and w.task is not None and w.local_rank is not None:
                     w.rank = w.task * per + w.local_rank
         elif not self._tasks_with_local:
-            for ev in [*r.ooms, *r.known]:
+            for ev in located:
                 w = ev.where
                 if w.rank is None and w.task is not None and w.local_rank is None:
                     w.rank = w.task  # srun with one task per GPU: the task id is the rank

@@ -64,6 +64,7 @@ def render(
     rules: Sequence[Any] | None = None,
     root: str | Path | None = None,
     env: Mapping[str, str] | None = None,
+    regressions: Sequence[Mapping[str, Any]] | None = None,
 ) -> None:
     """Write ``diagnostics`` to ``stream`` in format ``fmt``.
 
@@ -71,7 +72,8 @@ def render(
     output and the GitHub step summary. ``color``: force colour on/off for ``text`` (None: TTY and
     ``NO_COLOR``). ``rules``: catalog rules for SARIF (default: the registry). ``root``: folder
     SARIF URIs are relative to (default: paths as given). ``env``: environment (default
-    ``os.environ``) for ``NO_COLOR`` and ``GITHUB_STEP_SUMMARY``.
+    ``os.environ``) for ``NO_COLOR`` and ``GITHUB_STEP_SUMMARY``. ``regressions``: before/after rows of
+    ``check --base`` (:func:`mbmem_lint.regression.regression_rows`) for the Markdown outputs.
 
     With ``github``, when ``GITHUB_STEP_SUMMARY`` is set, a Markdown summary is appended to it.
     """
@@ -91,7 +93,7 @@ def render(
         render_github(diags, stream)
         summary_path = env.get("GITHUB_STEP_SUMMARY")
         if summary_path:
-            write_step_summary(summary_path, diags, estimates)
+            write_step_summary(summary_path, diags, estimates, regressions=regressions)
     elif fmt == "sarif":
         from mbmem_lint.report.sarif import render_sarif
 
@@ -99,6 +101,6 @@ def render(
     elif fmt == "markdown":
         from mbmem_lint.report.markdown import render_markdown
 
-        render_markdown(diags, stream, estimates=estimates)
+        render_markdown(diags, stream, estimates=estimates, regressions=regressions)
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -108,8 +108,11 @@ def write_step_summary(
     path: str | Path,
     diagnostics: Iterable[Diagnostic],
     estimates: Iterable[Any] | None = None,
+    *,
+    regressions: Iterable[Mapping[str, Any]] | None = None,
 ) -> None:
-    """Append the Markdown summary (findings table, per-recipe memory estimates) to
+    """Append the Markdown summary (findings table, memory change against the base revision, per-recipe
+    memory estimates) to
     ``$GITHUB_STEP_SUMMARY``. Rows are dropped (with a line saying so) to stay under 1 MiB."""
     diags = list(diagnostics)
     ests = list(estimates or ())
@@ -120,10 +123,11 @@ def write_step_summary(
         used = 0
     budget = STEP_SUMMARY_MAX_BYTES - used - 1024
     max_rows: int | None = 500
-    text = summary_markdown(diags, ests, max_rows=max_rows)
+    regs = list(regressions or ())
+    text = summary_markdown(diags, ests, max_rows=max_rows, regressions=regs)
     while len(text.encode("utf-8")) > budget and max_rows:
         max_rows //= 2
-        text = summary_markdown(diags, ests, max_rows=max_rows)
+        text = summary_markdown(diags, ests, max_rows=max_rows, regressions=regs[:max_rows])
     if len(text.encode("utf-8")) > budget:
         text = summary_markdown(diags, None, max_rows=0)
     with path.open("a", encoding="utf-8") as fh:

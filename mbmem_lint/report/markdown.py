@@ -3,7 +3,7 @@ tables (one per recipe, a bar of each pipeline stage against the GPU's usable me
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 from mbmem_lint.diagnostics import Diagnostic
@@ -119,17 +119,34 @@ def estimate_table(estimate: dict[str, Any], *, top_components: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
+def regression_table(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Before/after peak of each recipe ``check --base`` compared (rows of ``regression_rows``)."""
+    lines = ["| Recipe | GPU | Base peak | Peak | Change |", "|---|---|---:|---:|---|"]
+    for r in rows:
+        growth = r.get("growth")
+        change = "—" if growth is None else f"{growth * 100:+.1f}%"
+        if r.get("regression"):
+            change = f"🔺 {change}"
+        lines.append(f"| {_code(str(r.get('recipe', '?')))} | {cell(str(r.get('gpu') or '?'))} | "
+                     f"{fmt_gib(r.get('before_bytes'))} | {fmt_gib(r.get('after_bytes'))} | {change} |")
+    return "\n".join(lines) + "\n"
+
+
 def summary_markdown(
     diagnostics: Iterable[Diagnostic],
     estimates: Iterable[Any] | None = None,
     *,
     max_rows: int | None = 500,
     title: str = "mbmem-lint",
+    regressions: Iterable[Mapping[str, Any]] | None = None,
 ) -> str:
     diags = ordered(diagnostics)
     parts = [f"### {title}", "", summary_sentence(summarize(diags)), ""]
     if diags:
         parts += [findings_table(diags, max_rows=max_rows)]
+    regs = list(regressions or ())
+    if regs:
+        parts += ["### Peak memory against the base revision", "", regression_table(regs)]
     ests = estimate_dicts(estimates)
     if ests:
         parts += ["### Memory estimate per pipeline stage", ""]
@@ -139,6 +156,7 @@ def summary_markdown(
 
 
 def render_markdown(
-    diagnostics: Iterable[Diagnostic], stream: TextIO, *, estimates: Iterable[Any] | None = None
+    diagnostics: Iterable[Diagnostic], stream: TextIO, *, estimates: Iterable[Any] | None = None,
+    regressions: Iterable[Mapping[str, Any]] | None = None,
 ) -> None:
-    stream.write(summary_markdown(diagnostics, estimates, max_rows=None))
+    stream.write(summary_markdown(diagnostics, estimates, max_rows=None, regressions=regressions))
