@@ -122,8 +122,10 @@ def build_base_index(tree: Path, repo: Path, rel_paths: list[str], head_settings
     return index
 
 
-def base_index_for_revision(paths: list[str], settings: Settings, options: Any, rev: str) -> BaseIndex:
-    """The :class:`BaseIndex` of ``rev`` for a run over ``paths`` (``RevisionError`` for a bad revision)."""
+def base_index_for_revision(paths: list[str], settings: Settings, options: Any, rev: str, *,
+                            only_changed: bool = True) -> BaseIndex:
+    """The :class:`BaseIndex` of ``rev`` for a run over ``paths`` (``RevisionError`` for a bad revision).
+    ``only_changed``: estimate only the recipes the change can affect (``check``); else all of them."""
     from mbmem_lint.gitrev import changed_paths, materialize, relative_to_root, repo_root, resolve_revision
 
     repo = repo_root(Path(paths[0]).resolve() if paths else Path.cwd())
@@ -134,9 +136,9 @@ def base_index_for_revision(paths: list[str], settings: Settings, options: Any, 
         rel = relative_to_root(p, repo)
         if rel is not None:
             rel_paths.append(rel if rel else ".")
-    changed = changed_paths(repo, commit)
+    changed = changed_paths(repo, commit) if only_changed else set()
     interesting = {c for c in changed if c.endswith((".py", ".yaml", ".yml", "pyproject.toml"))}
-    if not interesting:
+    if only_changed and not interesting:
         return BaseIndex(label, repo, settings.regression_threshold)
 
     def under(path: str) -> bool:
@@ -144,7 +146,7 @@ def base_index_for_revision(paths: list[str], settings: Settings, options: Any, 
 
     helpers_changed = any(c.endswith(".py") and not under(c) for c in interesting) or any(
         c.endswith("pyproject.toml") for c in interesting)
-    targets = rel_paths if helpers_changed else sorted(c for c in interesting if under(c))
+    targets = rel_paths if helpers_changed or not only_changed else sorted(c for c in interesting if under(c))
     with tempfile.TemporaryDirectory(prefix="mbmem-base-") as tmp:
         tree = Path(tmp)
         materialize(repo, commit, tree, lambda p: p.endswith((".py", ".yaml", ".yml", "pyproject.toml")))
@@ -244,3 +246,30 @@ def regression_rows(index: BaseIndex, estimates: list[dict[str, Any]]) -> list[d
                      "after_bytes": after, "growth": (after - before) / before if before else None,
                      "regression": before > 0 and (after - before) / before > index.threshold})
     return rows
+
+
+def base_estimates(index: BaseIndex, recipes: list[ResolvedRecipe]) -> dict[int, dict[str, Any] | None]:
+    """``estimate --base``: for each head recipe (by ``id``), its base estimate as JSON with the revision and
+    the peak's growth; None when the recipe did not exist (or could not be estimated) at the revision."""
+    out: dict[int, dict[str, Any] | None] = {}
+    for r in recipes:
+        b = index.lookup(r)
+        if b is None or b.estimate is None:
+            out[id(r)] = None
+            continue
+        from mbmem_lint.estimate.api import estimate_recipe
+
+        after = estimate_recipe(r).peak_bytes
+        before = b.estimate.peak_bytes
+        out[id(r)] = {"revision": index.label, **b.estimate.to_json(),
+                      "growth": (after - before) / before if before else None}
+    return out
+
+
+def base_text(base: dict[str, Any] | None, label: str) -> str:
+    if base is None:
+        return f"base revision {label}: the recipe did not exist there (or could not be estimated)"
+    growth = base.get("growth")
+    change = f" ({growth * 100:+.1f}%)" if growth is not None else ""
+    return (f"base revision {base['revision']}: peak stage {base['peak_stage']}, {base['peak_bytes'] / GIB:.2f} GiB"
+            f"{change} now")

@@ -118,17 +118,18 @@ def _regression(ctx: RuleContext) -> Iterator[Finding]:
     anchors: dict[tuple[str, int], Any] = {}
     for cause in reg.causes:
         loc = ctx.pre_anchor(cause[0])
-        if loc.in_library:
-            continue  # the library did not change between the revisions: the user's line is elsewhere
+        if loc.in_library or not ctx.explicitly_set(cause[0]):
+            loc = ctx.r.location  # the recipe no longer sets it (a deleted line): report on the recipe
         key = (loc.path, loc.line)
         by_line.setdefault(key, []).append(cause)
         anchors.setdefault(key, loc)
+    threshold = ctx.settings.regression_threshold
     if not by_line:  # no changed value accounts for it alone: report on the recipe
-        yield Finding(regression_message(reg, base_index.label, ctx.settings.regression_threshold, []),
-                      ["memory", *reg.changed[:8]], location=ctx.r.location)
+        yield Finding(regression_message(reg, base_index.label, threshold, []), ["memory", *reg.changed[:8]],
+                      location=ctx.r.location)
         return
     for key, causes in by_line.items():
-        yield Finding(regression_message(reg, base_index.label, ctx.settings.regression_threshold, causes),
+        yield Finding(regression_message(reg, base_index.label, threshold, causes),
                       ["memory", *[c[0] for c in causes]], location=anchors[key])
 
 

@@ -95,11 +95,11 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
 
 def _base_index(paths: list[str], settings: object, options: object, rev: str) -> object:
     """The base revision's estimates (an unknown revision or no git repository is an input error)."""
+    import os
+
     from mbmem_lint.discover.files import MissingPathError
     from mbmem_lint.gitrev import RevisionError
     from mbmem_lint.regression import base_index_for_revision
-
-    import os
 
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:

@@ -99,3 +99,43 @@ def row(*, recipe: str, overrides: list[str], gpu: str, world_size: int | None, 
     return {"recipe": recipe, "overrides": overrides, "gpu": gpu, "world_size": world_size,
             "fingerprint": fingerprint, "tool_version": tool_version, "recorded": recorded, "logs": logs,
             "iteration": iteration, "oom": oom, "throughput": throughput, "stages": stages}
+
+
+def file_for(settings: Any, explicit: str | None) -> Path:
+    """The measurements file of a run: ``--measurements``, else ``[tool.mbmem-lint] measurements`` relative
+    to the pyproject folder (or the working folder)."""
+    if explicit:
+        return Path(explicit)
+    p = Path(settings.measurements)
+    return p if p.is_absolute() else (settings.root or Path.cwd()) / p
+
+
+def recipe_key(settings: Any, recipe: Any, gpu: str, world_size: int | None) -> MeasurementKey:
+    from mbmem_lint.fingerprint import config_fingerprint
+
+    return MeasurementKey(f"{settings.relative(recipe.path)}::{recipe.function}", gpu,
+                          config_fingerprint(recipe, gpu, world_size))
+
+
+def latest_for(rows: list[dict[str, Any]], key: MeasurementKey) -> dict[str, Any] | None:
+    """The most recent row for ``key``, with the number of matching runs (``"runs"``), or None."""
+    hits = matching(rows, key)
+    if not hits:
+        return None
+    return {**hits[-1], "runs": len(hits)}
+
+
+def render_text(row: dict[str, Any]) -> str:
+    """Lines showing a recorded measurement next to an estimate (the estimate itself is not changed)."""
+    gib = 1024**3
+    runs = row.get("runs", 1)
+    lines = [f"measured (recorded {row.get('recorded', '?')}, {runs} run{'s' if runs != 1 else ''} of this exact "
+             f"configuration; the estimate above is not adjusted):"]
+    for st in row.get("stages", []):
+        m, e = st.get("measured_max_allocated_bytes"), st.get("estimated_allocated_bytes")
+        if m is None:
+            continue
+        err = f" (estimate {(e - m) / m * 100:+.1f}%)" if e else ""
+        oom = ", ran out of memory" if st.get("oom") else ""
+        lines.append(f"  stage {st.get('pp_rank')}: max allocated {m / gib:.2f} GiB{err}{oom}")
+    return "\n".join(lines)
