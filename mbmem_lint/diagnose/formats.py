@@ -104,7 +104,7 @@ MCORE_REPORT = re.compile(
     r" \| max reserved: ([\d.]+)(?: \| total device memory used: ([\d.]+))?"
 )
 # Megatron Bridge report_memory (decimal GB, ``key: value`` pairs).
-BRIDGE_REPORT = re.compile(r"\[Rank (\d+)\] (.*?) ?memory \(GB\)((?: \| [\w./-]+: [^|]*)+)")
+BRIDGE_REPORT = re.compile(r"\[Rank (\d+)\] (.*?) ?memory \(GB\)((?: ?\| [\w./-]+: [^|]*)+)")
 BRIDGE_PAIR = re.compile(r"\| ([\w./-]+): ([^|]*)")
 # The iteration named by a report's label: "(after 2 iterations)", "(before save_checkpoint for iteration 100)".
 REPORT_ITERATION = re.compile(r"after (\d+) iterations|for iteration (\d+)")
