@@ -97,3 +97,21 @@ def test_record_needs_recipe_and_reports(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "nothing to record" in res.stderr
     res = run_cli(["diagnose", "train.log", "--recipe", "recipe.py::nope"], cwd=tmp_path)
     assert res.exit_code == 2 and "no recipe 'nope'" in res.stderr
+
+
+def test_outputs_match_their_schemas(tmp_path: Path) -> None:
+    import jsonschema
+    from referencing import Registry, Resource
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "json-schema"
+    diag_schema = json.loads((docs / "diagnose.schema.json").read_text())
+    meas_schema = json.loads((docs / "measurements.schema.json").read_text())
+    registry = Registry().with_resource("diagnose.schema.json", Resource.from_contents(diag_schema))
+    _project(tmp_path)
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "llama3_70b_sft.out"
+    for args in (["diagnose", str(log), "--format", "json"],
+                 ["diagnose", "train.log", "--recipe", TARGET, "--format", "json", "--record"]):
+        res = run_cli(args, cwd=tmp_path)
+        jsonschema.validate(json.loads(res.stdout), diag_schema)
+    rows = json.loads((tmp_path / ".mbmem-lint" / "measurements.json").read_text())
+    jsonschema.Draft202012Validator(meas_schema, registry=registry).validate(rows)
