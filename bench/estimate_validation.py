@@ -1,6 +1,9 @@
 """Estimated vs measured peaks (seed-facts 2.1-2.2) and model-state parity with Megatron Bridge's estimator.
 
 Run: ``MBMEM_CORPUS_DIR=/tmp/corpus/unpacked .venv/bin/python bench/estimate_validation.py``
+
+``--measurements FILE...`` adds the rows of ``.mbmem-lint/measurements.json`` files (``diagnose --record``:
+a team's own runs, measured against the estimate of the time) to the table.
 """
 
 from __future__ import annotations
@@ -19,7 +22,31 @@ from mbmem_lint.estimate.parity import bridge_config, load_bridge_estimator  # n
 GB, GIB = 1e9, 1024**3
 
 
+def recorded_rows(paths: list[str]) -> list[tuple[str, int, int, float | None]]:
+    """(recipe @ gpu stage k, measured max allocated, estimated allocated, error) of every recorded stage."""
+    from mbmem_lint.diagnose.measurements import load
+
+    out = []
+    for path in paths:
+        for row in load(path):
+            for st in row.get("stages", []):
+                m, e = st.get("measured_max_allocated_bytes"), st.get("estimated_allocated_bytes")
+                if m and e is not None:
+                    name = f"{row.get('recipe')} @ {row.get('gpu')} stage {st.get('pp_rank')}"
+                    out.append((name, m, e, (e - m) / m))
+    return out
+
+
+def print_recorded(paths: list[str]) -> None:
+    print("== recorded measurements (diagnose --record): max allocated, measured vs estimated at recording time ==")
+    for name, m, e, err in recorded_rows(paths):
+        print(f"{name[:60]:<60} {m / GB:8.2f} GB {e / GB:8.2f} GB {err * 100 if err is not None else 0:+7.1f}%")
+    print()
+
+
 def main() -> None:
+    if "--measurements" in sys.argv:
+        print_recorded(sys.argv[sys.argv.index("--measurements") + 1:])
     print("== estimated vs measured peak: Bridge mem-max-allocated-gigabytes = allocated_bytes.all.peak / 1e9 ==")
     print(f"{'case':<44} {'measured':>9} {'estimated':>10} {'err(GB)':>8} {'(if GiB)':>9}  full peak")
     for name, values, ws, measured in MEASURED:

@@ -115,3 +115,18 @@ def test_outputs_match_their_schemas(tmp_path: Path) -> None:
         jsonschema.validate(json.loads(res.stdout), diag_schema)
     rows = json.loads((tmp_path / ".mbmem-lint" / "measurements.json").read_text())
     jsonschema.Draft202012Validator(meas_schema, registry=registry).validate(rows)
+
+
+def test_validation_bench_reads_measurement_files(tmp_path: Path) -> None:
+    import importlib.util
+
+    _project(tmp_path)
+    assert run_cli(["diagnose", "train.log", "--recipe", TARGET, "--record"], cwd=tmp_path).exit_code == 0
+    bench = Path(__file__).resolve().parents[1] / "bench" / "estimate_validation.py"
+    spec = importlib.util.spec_from_file_location("estimate_validation_bench", bench)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.recorded_rows([str(tmp_path / ".mbmem-lint" / "measurements.json")])
+    assert [(name, m) for name, m, _e, _err in rows] == [
+        (f"{TARGET} @ h100-80gb stage 0", 26_500_000_000), (f"{TARGET} @ h100-80gb stage 1", 17_250_000_000)]
