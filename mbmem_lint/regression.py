@@ -14,11 +14,11 @@ when a changed Python file is not itself a linted recipe file (a helper they may
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.estimate.types import Estimate
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe, is_known
 from mbmem_lint.settings import Settings
 

@@ -26,7 +26,8 @@ def test_json_contract_exact_keys() -> None:
     assert code == 0, out
     d = json.loads(out)
     assert set(d) == {"recipe", "gpu", "world_size", "parallelism", "stages", "peak_bytes", "peak_stage", "fits",
-                      "headroom_bytes", "assumptions"}
+                      "headroom_bytes", "assumptions", "measurement"}
+    assert d["measurement"] is None  # no recorded measurement of this configuration (diagnose --record)
     assert set(d["gpu"]) == {"name", "capacity_bytes", "usable_bytes"}
     assert d["gpu"]["name"] == "h100-80gb" and d["gpu"]["capacity_bytes"] >= d["gpu"]["usable_bytes"]
     assert set(d["parallelism"]) == {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp"}

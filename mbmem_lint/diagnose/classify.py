@@ -15,12 +15,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.diagnose.compare import Layout, estimated_allocated
 from mbmem_lint.diagnose.scan import KnownErrorEvent, OomEvent, ScanResult, Where
 from mbmem_lint.estimate.types import Estimate
+from mbmem_lint.records import dataclass, field
 
 GIB = 1024**3
 IMBALANCE_RATIO = 1.15  # a stage this much above every other stage is "one-stage imbalance"

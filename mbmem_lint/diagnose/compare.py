@@ -8,11 +8,11 @@ ranks vary fastest, pipeline stages slowest), ``tp-cp-ep-pp-dp`` with Bridge's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.diagnose.scan import MemoryReport, ScanResult
 from mbmem_lint.estimate.types import Estimate, StageEstimate
+from mbmem_lint.records import dataclass, field
 
 
 @dataclass

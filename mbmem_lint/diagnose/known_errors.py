@@ -8,7 +8,8 @@ that finds it in a log line, and the rule codes whose finding and fix apply.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from mbmem_lint.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from mbmem_lint.diagnose.formats import ANSI, SLURM_LABEL, TORCH_RANK, TORCHRUN_GLOBAL, TORCHRUN_LOCAL
+from mbmem_lint.records import dataclass
 
 MAX_LINE = 64 * 1024  # a longer line is read in pieces (a log line is never that long)
 SNIFF_BYTES = 8192

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mbmem_lint.records import dataclass
 
 SCHEMA = "mbmem-lint/measurements/1"
 DEFAULT_PATH = ".mbmem-lint/measurements.json"

@@ -4,13 +4,13 @@ graphs, rank order)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.diagnose.classify import RunContext, Suggestion
 from mbmem_lint.diagnose.compare import layout_from_estimate
 from mbmem_lint.diagnose.scan import ScanResult
 from mbmem_lint.estimate.types import Estimate
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe, is_known
 
 GPU_MATCH_TOLERANCE = 0.0025  # an OOM's "total capacity" names a catalog GPU within 0.25% of its usable bytes

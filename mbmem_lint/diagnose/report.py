@@ -3,7 +3,6 @@ compare; and its text / JSON / Markdown renderings."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.diagnose.classify import Diagnosis, RunContext, Suggestion, diagnose, gib
@@ -15,6 +14,7 @@ from mbmem_lint.diagnose.compare import (
     layout_from_log,
 )
 from mbmem_lint.diagnose.scan import ScanResult, scan_logs
+from mbmem_lint.records import dataclass, field
 
 
 @dataclass

@@ -9,12 +9,12 @@ and message, and each event list keeps at most :data:`MAX_EVENTS` entries (the r
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.diagnose import formats as F
 from mbmem_lint.diagnose.known_errors import KnownError, match_known_error
 from mbmem_lint.diagnose.logread import LogLine, LogReader
+from mbmem_lint.records import dataclass, field
 
 MAX_EVENTS = 2000  # per kind; later ones are counted in ``ScanResult.dropped``
 MAX_TEXT = 600  # characters of a matched message kept in an event
