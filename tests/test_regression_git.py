@@ -157,3 +157,16 @@ def test_estimate_base_shows_both(repo: Path) -> None:
     res = run_cli(["estimate", target, "--base", base], cwd=repo)
     code, out = res.exit_code, res.stdout
     assert f"at {base}" in out or "base revision" in out
+
+
+def test_github_step_summary_gets_the_table(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "recipes" / "small.py").write_text(RECIPE.format(**{**FULL, "mbs": 8}))
+    _commit(repo, "raise MBS")
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    res = run_cli(["check", "recipes", "--base", base, "--format", "github"], cwd=repo)
+    assert res.exit_code == 1
+    assert "::warning file=recipes/small.py,line=6" in res.stdout and "title=MBM703 (memory-regression)" in res.stdout
+    text = summary.read_text()
+    assert "### Peak memory against the base revision" in text and "| `recipes/small.py::small_pretrain" in text
