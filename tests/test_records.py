@@ -98,3 +98,72 @@ def test_recursive_repr_is_cut_like_the_standard_one() -> None:
     s, o = std(None), ours(None)
     s.child, o.child = s, o
     assert repr(o) == repr(s) == "Point(child=...)"
+
+
+def _rich_classes() -> tuple[type, type]:
+    """The same class under both decorators: a default, a default factory, an ``init=False`` field
+    with a factory, and ``__post_init__``."""
+
+    def post(self: Any) -> None:
+        self.total = self.x + len(self.items)
+
+    body = {"y": 5, "items": _fresh_field(default_factory=list),
+            "log": _fresh_field(default_factory=lambda: ["made"], init=False),
+            "total": _fresh_field(default=0, init=False), "__post_init__": post}
+    return _both(body, {"x": "int", "y": "int", "items": "list[int]", "log": "list[str]", "total": "int"})
+
+
+def _state(obj: Any) -> tuple[Any, ...]:
+    return (obj.x, obj.y, obj.items, obj.log, obj.total)
+
+
+def test_init_before_and_after_it_is_compiled_matches_the_standard_one() -> None:
+    std, ours = _rich_classes()
+    init_of: Any = vars(ours)["__init__"]
+    assert init_of.__qualname__ == "Point.__init__"
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((1,), {}), ((1, 2), {}), ((1,), {"items": [7, 8]}), ((), {"x": 3, "y": 4, "items": [1]})]
+    bad: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((1, 2, [], 9), {}), ((), {"y": 1}), ((1,), {"x": 2}), ((1,), {"nope": 0})]
+    for round_ in range(records.COMPILE_AFTER // len(calls) + 2):
+        for args, kwargs in calls:
+            a, b = std(*args, **kwargs), ours(*args, **kwargs)
+            assert _state(a) == _state(b), (round_, args, kwargs)
+        for args, kwargs in bad:
+            with pytest.raises(TypeError):
+                std(*args, **kwargs)
+            with pytest.raises(TypeError):
+                ours(*args, **kwargs)
+    compiled: Any = vars(ours)["__init__"]
+    assert compiled is not init_of  # compiled once COMPILE_AFTER instances were made
+    assert compiled.__qualname__ == "Point.__init__"
+    first, second = ours(1), ours(1)
+    assert first.items is not second.items and first.log is not second.log  # fresh factory values
+
+
+@pytest.mark.parametrize("count", [1, records.COMPILE_AFTER + 1])
+def test_frozen_and_slots_instances_before_and_after_compiling(count: int) -> None:
+    _, frozen = _both({"tag": "a"}, ANN, frozen=True)
+    _, slotted = _both({"tag": "a"}, ANN, slots=True)
+    for _ in range(count):
+        p, s = frozen(1, 2), slotted(1, 2)
+    assert (p.x, p.y, p.tag) == (s.x, s.y, s.tag) == (1, 2, "a")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.tag = "b"
+    assert not hasattr(s, "__dict__")
+    s.tag = "b"
+    assert s == slotted(1, 2, "b")
+
+
+def test_initvar_classes_are_left_to_the_standard_decorator() -> None:
+    @records.dataclass
+    class WithInitVar:
+        """A class with an InitVar."""
+
+        x: int
+        scale: dataclasses.InitVar[int] = 1
+
+        def __post_init__(self, scale: int) -> None:
+            self.x *= scale
+
+    assert WithInitVar(2, 3).x == 6 and WithInitVar(2).x == 2
