@@ -25,8 +25,9 @@ def test_json_contract_exact_keys() -> None:
     code, out, _ = _run("--gpu", "h100", "--world-size", "8", "--format", "json")
     assert code == 0, out
     d = json.loads(out)
-    assert set(d) == {"recipe", "gpu", "world_size", "parallelism", "stages", "peak_bytes", "peak_stage", "fits",
-                      "headroom_bytes", "assumptions", "measurement"}
+    assert set(d) == {"recipe", "gpu", "world_size", "parallelism", "stages", "peak_bytes", "allocated_peak_bytes",
+                      "allocated_peak_stage", "peak_stage", "fits", "headroom_bytes", "uncertainty", "assumptions",
+                      "measurement"}
     assert d["measurement"] is None  # no recorded measurement of this configuration (diagnose --record)
     assert set(d["gpu"]) == {"name", "capacity_bytes", "usable_bytes"}
     assert d["gpu"]["name"] == "h100-80gb" and d["gpu"]["capacity_bytes"] >= d["gpu"]["usable_bytes"]
@@ -34,11 +35,19 @@ def test_json_contract_exact_keys() -> None:
     assert d["parallelism"]["tp"] == 2 and d["parallelism"]["pp"] == 2 and d["parallelism"]["dp"] == 2
     assert d["world_size"] == 8 and [s["pp_rank"] for s in d["stages"]] == [0, 1]
     for st in d["stages"]:
-        assert set(st) == {"pp_rank", "components", "total_bytes"}
+        assert set(st) == {"pp_rank", "components", "total_bytes", "allocated_bytes"}
         assert st["total_bytes"] == sum(c["bytes"] for c in st["components"])
         for c in st["components"]:
-            assert set(c) == {"name", "bytes", "fields"} and isinstance(c["fields"], list)
+            assert set(c) == {"name", "bytes", "fields", "kind"} and isinstance(c["fields"], list)
+            assert c["kind"] in ("state", "activation", "workspace", "runtime", "reserve")
+        # The allocator total: what torch.cuda.max_memory_allocated reports (no context, NCCL or reserves).
+        assert st["allocated_bytes"] == sum(c["bytes"] for c in st["components"]
+                                            if c["kind"] in ("state", "activation", "workspace"))
+        assert st["allocated_bytes"] < st["total_bytes"]
     assert d["peak_bytes"] == max(s["total_bytes"] for s in d["stages"])
+    assert d["allocated_peak_bytes"] == max(s["allocated_bytes"] for s in d["stages"])
+    assert d["stages"][d["allocated_peak_stage"]]["allocated_bytes"] == d["allocated_peak_bytes"]
+    assert d["uncertainty"]["model_kind"] == "dense" and 0 < d["uncertainty"]["fraction"] < 1
     assert d["headroom_bytes"] == d["gpu"]["usable_bytes"] - d["peak_bytes"]
     assert d["fits"] is (d["headroom_bytes"] >= 0)
     assert isinstance(d["assumptions"], list)
@@ -56,6 +65,16 @@ def test_text_has_stage_table_and_bars() -> None:
     assert "stage 0" in out.lower() or "pp_rank 0" in out.lower() or "pp 0" in out.lower()
     assert "weights" in out and "optimizer states" in out
     assert "█" in out or "#" in out  # bar chart against usable capacity
+    # Both peaks: everything the GPU holds, and the allocator's (max_memory_allocated), with the error band.
+    assert "peak: stage" in out and "allocated peak (max_memory_allocated): stage" in out
+    assert "uncertainty: +/-" in out and "dense" in out
+
+
+def test_markdown_shows_allocated_peak_and_kinds() -> None:
+    code, out, _ = _run("--gpu", "h100", "--world-size", "8", "--format", "markdown")
+    assert code == 0
+    assert "Allocated peak (`max_memory_allocated`)" in out and "| stage | total | allocated | usage |" in out
+    assert "| component | kind | bytes | fields |" in out and "| weights | state |" in out
 
 
 def test_api_through_resolve_paths() -> None:
