@@ -495,7 +495,7 @@ def test_lora_on_te_layernorm_linear_keeps_the_local_norm_output() -> None:
 
 
 def test_qk_layernorm_keeps_the_pre_norm_q_and_k() -> None:
-    # attention.py L1886-1889 normalises the split q and k; TE's RMSNorm saves input_.contiguous()
+    # attention.py L1921-1924 normalises the split q and k; TE's RMSNorm saves input_.contiguous()
     # (ops/basic/rmsnorm.py L189, L209): 2 B x T x (a + g) x d / TP. TINY: a 8, g 2, d 128, T 2048, TP 2.
     t = layer_terms(_inp(**{"model.qk_layernorm": True, "model.tensor_model_parallel_size": 2}), 0)
     assert t["qk_norm_in"] == 2 * 2048 * (8 + 2) * 128 / 2

@@ -87,3 +87,24 @@ def test_api_through_resolve_paths() -> None:
     # 1F1B: the first stage holds PP=2 microbatches in flight, the last one.
     assert "x 2 microbatches" in next(c.name for c in first.components if c.name.startswith("activations"))
     assert est.fits
+
+
+def test_json_matches_schema_and_golden() -> None:
+    # docs/json-schema/estimate.schema.json documents the contract; the golden file was checked by hand:
+    # stage 0 activations = 32 layer-microbatches (16 layers x 2 in flight) x 306,184,192 B, where one layer at
+    # T 4096, h 4096, TP2 SP, GQA 32/8 x 128, ffn 14336 (fused SwiGLU), core_attn recompute is
+    # 5 x 16,777,216 (norm inputs, fc1/qkv inputs, O) + 25,165,824 (q,k,v) + 20,971,520 (fused QKV output kept by the
+    # checkpoint) + 117,440,512 (fc1 output) + 58,720,256 (fc2 input); allocated_bytes = state + activations +
+    # workspaces = 31,624,664,064 B; the logits use TE's cross entropy (4 B per logit: 4·T·h/2 + 4·T·V/2).
+    import jsonschema
+
+    root = Path(__file__).resolve().parents[1]
+    code, out, _ = _run("--gpu", "h100", "--world-size", "8", "--format", "json")
+    assert code == 0
+    d = json.loads(out)
+    schema = json.loads((root / "docs" / "json-schema" / "estimate.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(d)
+    golden = json.loads((root / "tests" / "golden" / "estimate_llama3_8b_pp2.json").read_text(encoding="utf-8"))
+    d["recipe"] = Path(d["recipe"].split("::")[0]).relative_to(root).as_posix() + "::" + d["recipe"].split("::")[1]
+    assert d == golden, "estimate JSON changed: check the new values by hand, then update tests/golden"

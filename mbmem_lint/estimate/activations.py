@@ -124,7 +124,7 @@ def unfused_glu_bytes(elems: float, weighted: bool) -> float:
 
 
 def qk_norm_input_bytes(inp: Inputs) -> float:
-    """q/k LayerNorm (qk_layernorm): attention.py get_query_key_value_tensors L1886-1889 normalises the split query
+    """q/k LayerNorm (qk_layernorm): attention.py get_query_key_value_tensors L1921-1924 normalises the split query
     and key; TE's norm saves a contiguous copy of its input (ops/basic/rmsnorm.py L189, L209 in TE 2.20), so the
     pre-norm q and k, 2·T·(a+g)·d/TP bytes, stay besides the normalised (and RoPE'd) q and k attention saves."""
     s = inp.shape
