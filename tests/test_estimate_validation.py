@@ -17,10 +17,17 @@ def _alloc(values: dict, ws: int) -> float:
 
 @pytest.mark.parametrize("name,values,ws,measured", MEASURED, ids=[m[0] for m in MEASURED])
 def test_measured_within_tolerance(name: str, values: dict, ws: int, measured: float) -> None:
-    # Target is 10%; actual errors are reported in docs/estimate.md. This guards against regressions (35%);
-    # measured values are Bridge's mem-max-allocated-gigabytes (1e9 B).
+    # Issue 16: no published row worse than 20% (errors and their causes in docs/estimate.md); measured values are
+    # Bridge's mem-max-allocated-gigabytes (1e9 B).
     err = abs(_alloc(values, ws) - measured) / measured
-    assert err < 0.35, f"{name}: {err:.1%}"
+    assert err < 0.20, f"{name}: {err:.1%}"
+
+
+def test_median_error_over_published_rows() -> None:
+    import statistics
+
+    errs = [abs(_alloc(v, ws) - m) / m for _, v, ws, m in MEASURED]
+    assert statistics.median(errs) <= 0.10, f"median {statistics.median(errs):.1%}"
 
 
 def test_lora_regather_saving_qwen3_8b() -> None:
@@ -29,7 +36,8 @@ def test_lora_regather_saving_qwen3_8b() -> None:
     # layernorm_linear.py L427-429, L526-535). Without re-gather the LoRA-A saves the gathered copy besides it;
     # with re-gather it saves that same local tensor. The saving is the whole gathered input per surface:
     # 2 surfaces (qkv, fc1) x 2*s*h bytes x 36 layers = 2 * 2*8192*4096 * 36 = 4.832e9 B at MBS 1.
-    # Measured (MB PR #4581): 47.545 - 42.814 = 4.731 GB, within 2.2%.
+    # Measured (MB PR #4581): 47.545 - 42.814 = 4.731 GB, within 2.2%. (Qwen3-30B-A3B, qkv only: 2*8192*2048*48 =
+    # 1.611e9 B vs 1.569 GB measured.)
     (_, base, ws, m_base), (_, rg, _, m_rg) = MEASURED[6], MEASURED[7]
     saving = (_alloc(base, ws) - _alloc(rg, ws)) * GB
     assert abs(saving - 2 * 2 * 8192 * 4096 * 36) < 1e6
