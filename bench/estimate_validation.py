@@ -1,6 +1,6 @@
 """Estimated vs measured peaks on published multi-GPU runs, and model-state parity with Megatron Bridge's estimator.
 
-Run: ``MBMEM_CORPUS_DIR=/work/main/.cache/corpus/unpacked .venv/bin/python bench/estimate_validation.py``
+Run: ``MBMEM_CORPUS_DIR=/tmp/corpus/unpacked .venv/bin/python bench/estimate_validation.py``
 
 ``--markdown`` prints the validation table as docs/estimate.md shows it; ``--write-uncertainty`` writes the error
 band per model kind (mbmem_lint/data/estimate_uncertainty.json) that the capacity rules use. The rows, their
