@@ -219,6 +219,9 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                     share = 1.0 / t if regather else 1.0
                     add("lora_qkv", 2 * T * h * share * (1 if lora.kind != "canonical_lora" else n))
                     if p.sp and not regather:
+                        # Bridge makes the adapted TE LayerNormLinear return its norm output (peft/utils.py L600),
+                        # so TE keeps its local shard although the weight is frozen (layernorm_linear.py L427-429,
+                        # L526-535); the LoRA-A saves the gathered copy. With re-gather they are one tensor.
                         add("lora_qkv_ln_out", g8 * T * h * r)
         elif kind in ("mlp", "moe"):
             add("mlp_norm", 2 * T * h * r)
@@ -238,7 +241,7 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                     share = 1.0 / t if regather else 1.0
                     add("lora_fc1", 2 * T * h * share)
                     if p.sp and not regather:
-                        add("lora_fc1_ln_out", g8 * T * h * r)
+                        add("lora_fc1_ln_out", g8 * T * h * r)  # as lora_qkv_ln_out
             else:
                 # Routed experts, alltoall or flex dispatcher (moe/token_dispatcher.py, experts.py, Core 0.19.2).
                 # Tokens on this rank: T·r (SP); each goes to topk experts, so with balanced routing every
