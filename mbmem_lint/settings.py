@@ -12,6 +12,7 @@ Example::
     fail-level = "warning"       # lowest severity that makes the exit code 1
     headroom-margin = 0.05       # capacity warning below this free fraction
     memory-uncertainty = 0.10    # capacity error only beyond this share over usable memory
+                                 # (default: the band measured for the recipe's kind of model)
     torch-version = "2.10"       # for version-dependent rules
     megatron-core-version = "0.19.2"
     cache = true                 # on-disk cache under .cache/mbmem-lint
@@ -128,7 +129,7 @@ class Settings:
     severity: dict[str, str] = field(default_factory=dict)
     fail_level: str = "warning"
     headroom_margin: float = 0.05
-    memory_uncertainty: float = 0.10
+    memory_uncertainty: float | None = None  # None: the validation table's band for the model kind
     torch_version: str | None = None
     megatron_core_version: str = "0.19.2"
     cache: bool = False

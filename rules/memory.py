@@ -30,7 +30,7 @@ def _capacity(ctx: RuleContext, severity: str) -> Iterator[Finding]:
     # MBM701 and MBM702 read the same findings (one per severity): compute them, and their
     # re-estimated suggestions, once per recipe.
     margin, uncertainty = ctx.settings.headroom_margin, ctx.settings.memory_uncertainty
-    memo: dict[tuple[float, float], Any] = ctx.r.__dict__.setdefault("_capacity_findings", {})
+    memo: dict[tuple[float, float | None], Any] = ctx.r.__dict__.setdefault("_capacity_findings", {})
     if (margin, uncertainty) not in memo:
         memo[margin, uncertainty] = capacity_findings(ctx.r, est, margin, uncertainty)
     for cf in memo[margin, uncertainty]:
@@ -72,8 +72,9 @@ MBM701 = Rule(
     rationale=("The per-rank estimate (weights, grads, optimizer state, activations with the recipe's recompute/offload, "
                "CUDA-graph and NCCL overheads) of the most-loaded pipeline stage does not fit the target GPU: the job OOMs "
                "after the allocation was granted. The error needs the allocations themselves to exceed usable memory by "
-               "more than the estimator's uncertainty (`memory-uncertainty`, default 10%: the measured validation "
-               "cases are within about +-10-17%); a stage over capacity by less, or only through the allocator "
+               "more than the estimator's uncertainty (`memory-uncertainty`; by default the error band measured on "
+               "the published validation runs for the recipe's kind of model, dense or MoE, which `mbmem-lint "
+               "estimate` prints); a stage over capacity by less, or only through the allocator "
                "fragmentation reserve, is reported by MBM702 instead (fragmentation OOMs are intermittent: 30-60% of "
                "runs in the Llama3 70B case)."),
     sources=(SourceRef("megatron/bridge/training/utils/theoretical_memory_utils.py:123-222", "oom",

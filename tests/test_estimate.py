@@ -230,13 +230,16 @@ def test_unknown_shape_raises_and_json_contract() -> None:
         "parallelism",
         "stages",
         "peak_bytes",
+        "allocated_peak_bytes",
+        "allocated_peak_stage",
         "peak_stage",
         "fits",
         "headroom_bytes",
+        "uncertainty",
         "assumptions",
     }
     assert set(j["parallelism"]) == {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp"}
-    assert set(j["stages"][0]["components"][0]) == {"name", "bytes", "fields"}
+    assert set(j["stages"][0]["components"][0]) == {"name", "bytes", "fields", "kind"}
     assert any("DP=1" in a for a in j["assumptions"])
     assert "pp0" in render_text(est) and "| stage |" in render_markdown(est)
 
@@ -432,3 +435,176 @@ def test_full_recompute_transient_overlaps_the_logits_peak_on_the_last_stage() -
     # One layer per group with a 32000-token vocabulary: the logits peak covers the recompute entirely.
     small = estimate_recipe(recipe_from_values({**base, "model.recompute_num_layers": 1}, world_size=1)).stages[0]
     assert not any(c.name == "full-recompute transient" for c in small.components)
+
+
+# --- Issue 16: terms read from the MCore 0.19.2 / Bridge 0.6.2 / TE 2.20 code paths (hand-computed values) ---
+
+
+def test_unfused_glu_saves_both_factors_of_the_product() -> None:
+    # mlp.py L320-331 (bias_activation_fusion False, MCore's default, transformer_config.py L482):
+    # act(x_glu) * (x_linear + glu_linear_offset) saves the activation output and the offset sum, 2 B each.
+    # TINY: T 2048, ffn 4096, TP1 -> 2 tensors x 2 B x 2048 x 4096.
+    unfused = layer_terms(_inp(), 0)
+    assert unfused["mlp_glu_unfused"] == 2 * 2 * 2048 * 4096
+    assert unfused["mlp_fc1_out"] == 2 * 2048 * 2 * 4096  # the fc1 output itself, kept by the chunk view
+    fused = layer_terms(_inp(**{"model.bias_activation_fusion": True}), 0)
+    assert "mlp_glu_unfused" not in fused  # bias_swiglu saves only its input
+    assert "mlp_glu_unfused" not in layer_terms(_inp(**{"model.use_te_activation_func": True}), 0)
+    assert "mlp_glu_unfused" not in layer_terms(_inp(**{"model.gated_linear_unit": False}), 0)
+    from mbmem_lint.estimate.activations import selective_drops
+
+    assert "mlp_glu_unfused" in selective_drops(_inp(**{"model.recompute_granularity": "selective",
+                                                         "model.recompute_modules": ["mlp"]}))
+
+
+def test_unfused_glu_of_routed_experts_also_saves_the_weighted_product() -> None:
+    # experts.py L858-876: glu(x) * permuted_probs (fp32 probs, which need a gradient) saves the glu output too:
+    # 3 tensors x 2 B per routed copy and moe_ffn column. T 2048, topk 2 -> 4096 copies, moe_ffn 512, ETP 1.
+    moe = {"model.num_moe_experts": 4, "model.moe_router_topk": 2, "model.moe_ffn_hidden_size": 512,
+           "model.expert_model_parallel_size": 4, "model.moe_shared_expert_intermediate_size": 1024}
+    t = layer_terms(_inp(**moe), 0)
+    assert t["moe_glu_unfused"] == 3 * 2 * 4096 * 512
+    assert t["shared_glu_unfused"] == 2 * 2 * 2048 * 1024  # the shared expert is an MLP: no probs multiply
+    assert "moe_glu_unfused" not in layer_terms(_inp(**moe, **{"model.bias_activation_fusion": True}), 0)
+    from mbmem_lint.estimate.activations import selective_drops
+
+    drops = selective_drops(_inp(**moe, **{"model.recompute_granularity": "selective",
+                                           "model.recompute_modules": ["moe_act"]}))
+    assert {"moe_glu_unfused", "shared_glu_unfused"} <= drops  # CheckpointWithoutOutput over bias_act_func
+
+
+def test_lora_on_te_layernorm_linear_keeps_the_local_norm_output() -> None:
+    # Bridge sets return_layernorm_output=True on an adapted TELayerNormColumnParallelLinear (peft/utils.py L600);
+    # TE frees the norm output only when `not weight.requires_grad and not return_layernorm_output`
+    # (layernorm_linear.py L427-429) and saves it (L526-535). With SP and without re-gather the LoRA-A input is the
+    # gathered copy (return_layernorm_output_gathered), so the local shard is extra: 2 B x T x h / TP.
+    T, sp = 2048, {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True,
+                   "peft": {"_target_": "megatron.bridge.peft.lora.LoRA"}}
+    t = layer_terms(_inp(**sp), 0)
+    assert t["lora_qkv_ln_out"] == 2 * T * 1024 / 2 and t["lora_fc1_ln_out"] == 2 * T * 1024 / 2
+    assert t["lora_qkv"] == 2 * T * 1024  # the gathered LoRA-A input
+    # Re-gather: the adapter's saved local shard is that same norm output, nothing extra.
+    rg = layer_terms(_inp(**sp, **{"peft.sequence_parallel_input_regather": True}), 0)
+    assert "lora_qkv_ln_out" not in rg and rg["lora_qkv"] == 2 * T * 1024 / 2
+    # Without SP the LoRA-A input is the norm output itself.
+    no_sp = layer_terms(_inp(**{**sp, "model.sequence_parallel": False}), 0)
+    assert "lora_qkv_ln_out" not in no_sp and no_sp["lora_qkv"] == 2 * T * 1024
+    # No adapter on fc1: the frozen TE linear clears its norm output.
+    qkv_only = layer_terms(_inp(**sp, **{"peft.target_modules": ["linear_qkv"]}), 0)
+    assert "lora_fc1_ln_out" not in qkv_only and "lora_fc1" not in qkv_only
+
+
+def test_qk_layernorm_keeps_the_pre_norm_q_and_k() -> None:
+    # attention.py L1921-1924 normalises the split q and k; TE's RMSNorm saves input_.contiguous()
+    # (ops/basic/rmsnorm.py L189, L209): 2 B x T x (a + g) x d / TP. TINY: a 8, g 2, d 128, T 2048, TP 2.
+    t = layer_terms(_inp(**{"model.qk_layernorm": True, "model.tensor_model_parallel_size": 2}), 0)
+    assert t["qk_norm_in"] == 2 * 2048 * (8 + 2) * 128 / 2
+    assert "qk_norm_in" not in layer_terms(_inp(), 0)
+
+
+def test_mla_value_padded_to_the_query_head_dim_with_packed_sequences() -> None:
+    # multi_latent_attention.py L85-108: under THD (packed sequences) v is padded to qk+rope (24 here) before core
+    # attention, which saves the padded v and a padded output; the projection saves its trimmed copy.
+    mla = {"model.multi_latent_attention": True, "model.q_lora_rank": 64, "model.kv_lora_rank": 32,
+           "model.qk_head_dim": 16, "model.qk_pos_emb_head_dim": 8, "model.v_head_dim": 16}
+    T, a = 2048, 8
+    sbhd = layer_terms(_inp(**mla), 0)
+    assert sbhd["mla_qkv"] == 2 * T * a * (2 * 24 + 16) and sbhd["attn_proj"] == 2 * T * a * 16
+    assert sbhd["core_attn_out"] == 4 * T * a  # O shared with the projection: softmax stats only
+    thd = layer_terms(_inp(**mla, **{"dataset.enable_offline_packing": True}), 0)
+    assert thd["mla_qkv"] == 2 * T * a * (2 * 24 + 24)
+    assert thd["core_attn_out"] == 2 * T * a * 24 + 4 * T * a and thd["attn_proj"] == 2 * T * a * 16
+
+
+def test_frozen_experts_save_no_gemm_inputs_unless_adapted() -> None:
+    # TE's grouped GEMMs save their input only for a trainable weight; a LoRA adapter on the expert linear saves
+    # the same tensor. Attention-only LoRA: no expert fc1 input, no fc2 input (T 2048, topk 2, h 1024).
+    moe = {"model.num_moe_experts": 4, "model.moe_router_topk": 2, "model.moe_ffn_hidden_size": 512,
+           "model.expert_model_parallel_size": 4, "peft": {"_target_": "megatron.bridge.peft.lora.LoRA"}}
+    attn_only = layer_terms(_inp(**moe, **{"peft.target_modules": ["linear_qkv", "linear_proj"]}), 0)
+    assert "expert_fc1_in" not in attn_only and "moe_act" not in attn_only
+    assert attn_only["expert_fc1_out"] == 2 * 4096 * 2 * 512  # the activation's own input stays
+    default = layer_terms(_inp(**moe), 0)
+    assert default["expert_fc1_in"] == 2 * 4096 * 1024 and default["moe_act"] == 2 * 4096 * 512
+
+
+def test_cross_entropy_peak_per_implementation() -> None:
+    # MCore's cross entropies (tensor_parallel/cross_entropy.py L25, L62) keep an fp32 copy of the bf16 logits:
+    # 6 B per logit at the peak; TE's parallel_cross_entropy keeps a bf16 copy (triton/cross_entropy.py L40-44).
+    from mbmem_lint.estimate.activations import output_activation
+
+    T, h, V = 2048, 1024, 32000
+    assert output_activation(_inp()) == 4 * T * h + 6 * T * V
+    te = _inp(**{"model.cross_entropy_loss_fusion": True, "model.cross_entropy_fusion_impl": "te"})
+    assert output_activation(te) == 4 * T * h + 4 * T * V
+    assert output_activation(_inp(**{"model.cross_entropy_loss_fusion": False})) == 4 * T * h + 6 * T * V
+
+
+def test_deferred_embedding_wgrad_buffers_on_the_last_stage() -> None:
+    # tensor_parallel/layers.py L1149-1154 and L604-607: the last stage keeps the output layer's input (SP shard)
+    # and its bf16 logit gradient for min(wgrad_deferral_limit, microbatches) microbatches until the flush.
+    # TP2 SP PP2, GBS 16 / (MBS 1 x DP 2) = 8 microbatches, limit 3: 3 x (2·T·h/2 + 2·T·V/2).
+    vals = {**TINY, "model.tensor_model_parallel_size": 2, "model.sequence_parallel": True,
+            "model.pipeline_model_parallel_size": 2, "train.global_batch_size": 16,
+            "model.defer_embedding_wgrad_compute": True, "model.wgrad_deferral_limit": 3}
+    est = estimate_recipe(recipe_from_values(vals, world_size=8))
+    first, last = est.stages
+    T, h, V = 2048, 1024, 32000
+    assert first.component("deferred output-layer wgrad buffers") is None
+    buf = last.component("deferred output-layer wgrad buffers")
+    assert buf is not None and buf.kind == "activation"
+    assert buf.bytes == 3 * (2 * T * h // 2 + 2 * T * V // 2)
+    # Limit 0 defers every microbatch of the step; PP=1 cannot defer (model_parallel_config.py L545).
+    unlimited = estimate_recipe(recipe_from_values({**vals, "model.wgrad_deferral_limit": 0}, world_size=8))
+    assert _bytes(unlimited.stages[1], "deferred output-layer wgrad buffers") == 8 * (2 * T * h // 2 + 2 * T * V // 2)
+    pp1 = estimate_recipe(recipe_from_values({**vals, "model.pipeline_model_parallel_size": 1}, world_size=8))
+    assert pp1.stages[0].component("deferred output-layer wgrad buffers") is None
+
+
+def test_cpu_optimizer_offload_moves_states_not_the_distopt_main_params() -> None:
+    # HybridDeviceOptimizer over the distributed optimizer's shards (optimizer/__init__.py L502-541,
+    # distrib_optimizer.py L778-781): without the precision-aware optimizer those shards are the dist-opt's own fp32
+    # main params (L422-445), which stay on the GPU; only the offloaded share's Adam states leave. TINY 1 layer,
+    # untied, DP 8: n params as in test_model_state_bytes_adam_distopt.
+    n = 2_621_440 + 12_582_912 + 2048 + 1024 + 2 * 32000 * 1024
+    base = {**TINY, "model.num_layers": 1, "model.share_embeddings_and_output_weights": False,
+            "optimizer.use_distributed_optimizer": True, "optimizer.optimizer_cpu_offload": True,
+            "optimizer.optimizer_offload_fraction": 0.75}
+    st = estimate_recipe(recipe_from_values(base, world_size=8)).stages[0]
+    assert _bytes(st, "main params") == int(4 * n / 8)  # not reduced by the fraction
+    assert _bytes(st, "optimizer states") == int(8 * n / 8 * 0.25)
+    # Precision-aware: bf16 shards, fp32 copies made per device (hybrid_optimizer.py L273-278): both move.
+    pa = {**base, "optimizer.use_precision_aware_optimizer": True}
+    st = estimate_recipe(recipe_from_values(pa, world_size=8)).stages[0]
+    assert _bytes(st, "main params") == int(4 * n / 8 * 0.25)
+    assert _bytes(st, "optimizer states") == int(8 * n / 8 * 0.25)
+    # MCore's default fraction is 0.0 (optimizer_config.py L347): offload on, nothing moved.
+    st = estimate_recipe(recipe_from_values({k: v for k, v in base.items()
+                                             if k != "optimizer.optimizer_offload_fraction"}, world_size=8)).stages[0]
+    assert _bytes(st, "optimizer states") == int(8 * n / 8)
+
+
+def test_cuda_graph_pool_is_reserved_not_allocated() -> None:
+    # Bridge captures TE graphs after cuda_graph_warmup_steps eager iterations (train.py L429-441) and never resets
+    # the peak counter: max allocated is the eager peak, with no pool. The pool is a "reserve": in peak_bytes,
+    # not in allocated_peak_bytes, and (unlike the fragmentation allowance) counted as certain by MBM701.
+    vals = {**TINY, "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["mlp"]}
+    est = estimate_recipe(recipe_from_values(vals, world_size=8))
+    st = est.stages[0]
+    pool = st.component("cuda graph pool")
+    assert pool is not None and pool.kind == "reserve"
+    assert st.allocated_bytes == sum(c.bytes for c in st.components if c.kind in ("state", "activation", "workspace"))
+    assert est.peak_bytes - est.allocated_peak_bytes >= pool.bytes
+    assert est.to_json()["allocated_peak_bytes"] == est.allocated_peak_bytes
+
+
+def test_uncertainty_band_per_model_kind() -> None:
+    from mbmem_lint.estimate.uncertainty import MIN_BAND, band, band_from_errors
+
+    assert band_from_errors([0.021, -0.158, 0.04]) == 0.16  # largest |error|, rounded up to a whole percent
+    assert band_from_errors([0.01]) == MIN_BAND
+    dense = estimate_recipe(recipe_from_values(TINY, world_size=8))
+    moe = estimate_recipe(recipe_from_values({**TINY, "model.num_moe_experts": 4}, world_size=8))
+    assert (dense.model_kind, moe.model_kind) == ("dense", "moe")
+    assert dense.uncertainty == band("dense") and moe.uncertainty == band("moe")
+    assert dense.to_json()["uncertainty"] == {"model_kind": "dense", "fraction": band("dense")}

@@ -23,11 +23,12 @@ from mbmem_lint.estimate.params import layer_sublayers
 RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
     "core_attn": ("core_attn_out", "core_attn_internal"),
     "layernorm": ("moe_norm_out", "mla_norm_out"),
-    "mlp": ("mlp_fc1_in", "mlp_fc1_out", "mlp_act_out", "lora_fc1", "lora_fc2"),
-    "moe_act": ("moe_act", "shared_act"),
-    "moe": ("router", "expert_fc1_in", "expert_fc1_out", "moe_act", "moe_probs", "shared_fc1_out",
-            "shared_act"),
-    "shared_experts": ("shared_fc1_out", "shared_act"),
+    "mlp": ("mlp_fc1_in", "mlp_fc1_out", "mlp_act_out", "mlp_glu_unfused", "lora_fc1", "lora_fc1_ln_out",
+            "lora_fc2"),
+    "moe_act": ("moe_act", "moe_glu_unfused", "shared_act", "shared_glu_unfused"),
+    "moe": ("router", "expert_fc1_in", "expert_fc1_out", "moe_act", "moe_glu_unfused", "moe_probs",
+            "shared_fc1_out", "shared_act", "shared_glu_unfused"),
+    "shared_experts": ("shared_fc1_out", "shared_act", "shared_glu_unfused"),
     "mla_up_proj": ("mla_qkv",),
 }
 # Fine-grained activation offloading module -> terms moved to host memory (MCore offload_modules).
@@ -108,6 +109,38 @@ def unfused_attention_internal(inp: Inputs, kind: str) -> float:
     return out
 
 
+def unfused_glu_bytes(elems: float, weighted: bool) -> float:
+    """Bytes the unfused GLU saves beyond its input, for ``elems`` output elements (tokens x ffn on this rank).
+
+    Without bias_activation_fusion (MCore TransformerConfig default False, transformer_config.py L482) the MLP runs
+    ``glu`` in eager PyTorch (mlp.py L320-331; experts.py L858-876 for routed experts): ``torch.chunk`` gives views
+    of the fc1 output (kept alive by the activation's saved input, counted as the fc1 output), then
+    ``activation_func(x_glu) * (x_linear + glu_linear_offset)`` saves both factors of the product: the activation
+    output and the offset sum (a new tensor even for offset 0.0), 2 B each. Routed experts then multiply by the
+    fp32 permuted probs (``intermediate_parallel * permuted_probs``), which saves the product too. The fused
+    kernels (bias_swiglu / weighted_bias_swiglu) save only their input.
+    """
+    return 2 * elems * (3 if weighted else 2)
+
+
+def qk_norm_input_bytes(inp: Inputs) -> float:
+    """q/k LayerNorm (qk_layernorm): attention.py get_query_key_value_tensors L1921-1924 normalises the split query
+    and key; TE's norm saves a contiguous copy of its input (ops/basic/rmsnorm.py L189, L209 in TE 2.20), so the
+    pre-norm q and k, 2·T·(a+g)·d/TP bytes, stay besides the normalised (and RoPE'd) q and k attention saves."""
+    s = inp.shape
+    return 2 * tokens(inp) * (s.heads + s.groups) * s.kv_channels / inp.par.tp
+
+
+def mla_value_dim(inp: Inputs) -> int:
+    """Head dim of the value MLA's core attention sees: with packed sequences (THD) MCore pads v to the query head
+    dim (qk + rope) before attention and trims the output after (multi_latent_attention.py
+    _prepare_mla_core_attention_value L85-99, _trim_mla_core_attention_output L102-108)."""
+    s = inp.shape
+    if inp.train.packed_thd and s.qk_head_dim + s.qk_pos_dim != s.v_head_dim:
+        return s.qk_head_dim + s.qk_pos_dim
+    return s.v_head_dim
+
+
 def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
     """Named activation terms (bytes) of one layer for one microbatch, before recompute/offload.
 
@@ -136,13 +169,15 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                     add("qkv_linear", g8 * T * h * r)  # fused norm output, for the qkv wgrad
                 a, g, d = s.heads, s.groups, s.kv_channels
                 add("core_attn", 2 * T * (a + 2 * g) * d / t)  # q, k, v
+                if s.qk_layernorm:
+                    add("qk_norm_in", qk_norm_input_bytes(inp))
                 if core_attn_checkpointed(inp) and not inp.rt.fused_qkv_rope and (s.rotary or s.qk_layernorm):
                     # The checkpoint saves its inputs q, k, v. v is a torch.split view of the fused QKV output
                     # (attention.py get_query_key_value_tensors L1903), so that whole output stays alive; q and
                     # k are new tensors once RoPE or the q/k norms ran. Measured on H200: +20 MiB per layer at
                     # Llama-3.2-1B shape, seq 4096 (bench/gpu_calibration case E).
                     add("core_attn_ckpt_qkv", 2 * T * (a + g) * d / t)
-                o_elems = T * a * d / t
+                o_elems = o_att = T * a * d / t
             else:
                 # MLA (multi_latent_attention.py get_query_key_value_tensors, Core 0.19.2): the input norm's
                 # output feeds the replicated down-projection(s); the latents q_compressed / kv_compressed are
@@ -155,18 +190,23 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                 add("mla_norm_out", 2 * T * h * r)
                 a, qk, pe, v = s.heads, s.qk_head_dim, s.qk_pos_dim, s.v_head_dim
                 add("mla_down", 2 * 2 * T * r * ((s.q_lora_rank or 0) + s.kv_lora_rank) + 2 * T * pe)
-                add("mla_qkv", 2 * T * a * (2 * (qk + pe) + v) / t)  # query, key (qk+pe each), value
+                v_att = mla_value_dim(inp)
+                add("mla_qkv", 2 * T * a * (2 * (qk + pe) + v_att) / t)  # query, key (qk+pe each), value
                 o_elems = T * a * v / t
+                o_att = T * a * v_att / t
             lse = 4 * T * s.heads / t
             # The attention output O (bf16) is saved by flash attention and, as the same tensor, by the
-            # projection GEMM when it runs in bf16 and needs it; FP8 saves its own 1-byte copy.
+            # projection GEMM when it runs in bf16 and needs it; FP8 saves its own 1-byte copy. Under MLA with
+            # a padded value (THD), attention saves the padded O and the projection a trimmed copy.
             proj_saves_o = (not frozen and not inp.prec.fp8) or (frozen and "linear_proj" in targets)
-            if proj_saves_o:
+            if proj_saves_o and o_att == o_elems:
                 add("attn_proj", 2 * o_elems)
                 add("core_attn_out", lse)
             else:
-                add("core_attn_out", 2 * o_elems + lse)
-                if inp.prec.fp8 and not frozen:
+                add("core_attn_out", 2 * o_att + lse)
+                if proj_saves_o:
+                    add("attn_proj", 2 * o_elems)
+                elif inp.prec.fp8 and not frozen:
                     add("attn_proj", o_elems)
             if not inp.rt.flash:
                 add("core_attn_internal", unfused_attention_internal(inp, kind))
@@ -175,8 +215,14 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
             if lora is not None:
                 n = sum(1 for x in targets if x in ("linear_qkv", "linear_q", "linear_k", "linear_v"))
                 if n and kind == "attn":
-                    share = 1.0 / t if lora_regather_active(inp, "qkv") else 1.0
+                    regather = lora_regather_active(inp, "qkv")
+                    share = 1.0 / t if regather else 1.0
                     add("lora_qkv", 2 * T * h * share * (1 if lora.kind != "canonical_lora" else n))
+                    if p.sp and not regather:
+                        # Bridge makes the adapted TE LayerNormLinear return its norm output (peft/utils.py L600),
+                        # so TE keeps its local shard although the weight is frozen (layernorm_linear.py L427-429,
+                        # L526-535); the LoRA-A saves the gathered copy. With re-gather they are one tensor.
+                        add("lora_qkv_ln_out", g8 * T * h * r)
         elif kind in ("mlp", "moe"):
             add("mlp_norm", 2 * T * h * r)
             glu = 2 if s.glu else 1
@@ -184,13 +230,18 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                 if not frozen:
                     add("mlp_fc1_in", g8 * T * h * r)
                 add("mlp_fc1_out", 2 * T * s.ffn * glu / t)  # activation-function input
+                if s.glu and not s.glu_fused:
+                    add("mlp_glu_unfused", unfused_glu_bytes(T * s.ffn / t, weighted=False))
                 if not frozen:
                     add("mlp_act_out", g8 * T * s.ffn / t)  # fc2 input
                 elif "linear_fc2" in targets:
                     add("lora_fc2", 2 * T * s.ffn / t)
                 if lora is not None and any(x.startswith("linear_fc1") for x in targets):
-                    share = 1.0 / t if lora_regather_active(inp, "fc1") else 1.0
+                    regather = lora_regather_active(inp, "fc1")
+                    share = 1.0 / t if regather else 1.0
                     add("lora_fc1", 2 * T * h * share)
+                    if p.sp and not regather:
+                        add("lora_fc1_ln_out", g8 * T * h * r)  # as lora_qkv_ln_out
             else:
                 # Routed experts, alltoall or flex dispatcher (moe/token_dispatcher.py, experts.py, Core 0.19.2).
                 # Tokens on this rank: T·r (SP); each goes to topk experts, so with balanced routing every
@@ -201,17 +252,28 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                 # permute/unpermute (fused or index_select/scatter_add) and all_to_all save only indices;
                 # unpermute runs without probs (probs are applied in the activation), so the combine side
                 # saves nothing (combine_postprocess L884).
+                # Under PEFT the frozen grouped GEMMs save no input; an adapter on the expert linear saves the
+                # same tensor (ParallelLinearAdapter input), so the input is kept iff the linear is adapted.
                 local = T * r
                 routed = local * s.topk * p.etp
+                keep_fc1 = not frozen or any(x.startswith("linear_fc1") for x in targets)
+                keep_fc2 = not frozen or "linear_fc2" in targets
                 add("moe_norm_out", 2 * T * h * r)  # separate pre-MLP TENorm output (router + dispatch input)
                 add("router", 8 * local * s.num_experts)  # fp32 logits and scores
-                add("expert_fc1_in", g8 * routed * s.moe_latent if s.moe_latent else g8 * routed * h)
+                if keep_fc1:
+                    add("expert_fc1_in", g8 * routed * s.moe_latent if s.moe_latent else g8 * routed * h)
                 add("expert_fc1_out", 2 * routed * s.moe_ffn * glu / p.etp)
-                add("moe_act", g8 * routed * s.moe_ffn / p.etp)
+                if s.glu and not s.glu_fused:
+                    add("moe_glu_unfused", unfused_glu_bytes(routed * s.moe_ffn / p.etp, weighted=True))
+                if keep_fc2:
+                    add("moe_act", g8 * routed * s.moe_ffn / p.etp)
                 add("moe_probs", 4 * routed)
                 if s.shared_ffn:
                     add("shared_fc1_out", 2 * T * s.shared_ffn * glu / t)
-                    add("shared_act", g8 * T * s.shared_ffn / t)
+                    if s.glu and not s.glu_fused:
+                        add("shared_glu_unfused", unfused_glu_bytes(T * s.shared_ffn / t, weighted=False))
+                    if keep_fc2:
+                        add("shared_act", g8 * T * s.shared_ffn / t)
             if drop:
                 add("mlp_dropout", T * h * r)
         elif kind == "mamba":
@@ -264,9 +326,33 @@ def embedding_activation(inp: Inputs) -> float:
 
 
 def output_activation(inp: Inputs) -> float:
-    """Last stage, one microbatch: final-norm input and output-layer input (2·2T·h·r), fp32 softmax saved by
-    the vocab-parallel cross-entropy (4·T·V/t) and the bf16 logits/grad transient (2·T·V/t)."""
+    """Last stage, one microbatch: final-norm input and output-layer input (2·2T·h·r) and the loss's peak over the
+    logits. MCore's cross entropies (fused or not, tensor_parallel/cross_entropy.py L25, L62) cast the bf16 logits
+    to fp32 and keep that as the softmax: 2 + 4 bytes per logit while both exist (6·T·V/t). TE's
+    parallel_cross_entropy (cross_entropy_fusion_impl="te") keeps a bf16 copy of the logits for backward (TE 2.20
+    triton/cross_entropy.py L40-44): 2 + 2 bytes per logit (4·T·V/t)."""
     T, t = tokens(inp), inp.par.tp
     r = 1.0 / t if inp.par.sp else 1.0
     heads = 1 + inp.shape.mtp_layers
-    return 4 * T * inp.shape.hidden * r * heads + 6 * T * inp.shape.vocab / t
+    per_logit = 4 if inp.rt.ce_impl == "te" else 6
+    return 4 * T * inp.shape.hidden * r * heads + per_logit * T * inp.shape.vocab / t
+
+
+def deferred_wgrad_bytes(inp: Inputs) -> float:
+    """Last stage under ``defer_embedding_wgrad_compute``: the output layer appends its input (SP shard, 2·T·h·r)
+    to ``embedding_activation_buffer`` in forward and its bf16 logit gradient (2·T·V/t) to ``grad_output_buffer`` in
+    backward, for up to ``wgrad_deferral_limit`` microbatches (0: all), and computes the weight gradient only in
+    the pipeline flush (tensor_parallel/layers.py L1149-1154, L604-607; schedules.py
+    finish_embedding_wgrad_compute L886-898). The buffers fill while the stage still holds its in-flight
+    activations."""
+    if not inp.rt.defer_embedding_wgrad:
+        return 0.0
+    T, t = tokens(inp), inp.par.tp
+    r = 1.0 / t if inp.par.sp else 1.0
+    nmb = inp.train.num_microbatches
+    limit = inp.rt.wgrad_deferral_limit
+    if nmb is None:
+        count = float(limit) if limit else 1.0
+    else:
+        count = float(min(limit, nmb) if limit else nmb)
+    return count * (2 * T * inp.shape.hidden * r + 2 * T * inp.shape.vocab / t)

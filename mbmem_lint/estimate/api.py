@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mbmem_lint.estimate.activations import (
+    deferred_wgrad_bytes,
     embedding_activation,
     fused_softmax_applies,
     layer_input_bytes,
@@ -27,6 +28,7 @@ from mbmem_lint.estimate.overheads import (
 from mbmem_lint.estimate.params import Params, layer_kinds
 from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
+from mbmem_lint.estimate.uncertainty import band, model_kind
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 
 __all__ = ["estimate_recipe", "estimate_values", "EstimateUnavailable", "DEFAULT_GPU"]
@@ -168,7 +170,12 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
         if plan.loss:
             comps.append(Component("logits + cross-entropy (fp32)", int(output_activation(inp)), [
                 "model.vocab_size", "model.seq_length", "train.micro_batch_size",
-                "model.tensor_model_parallel_size"], kind="activation"))
+                "model.tensor_model_parallel_size", "model.cross_entropy_fusion_impl"], kind="activation"))
+            deferred = deferred_wgrad_bytes(inp)
+            if deferred:
+                comps.append(Component("deferred output-layer wgrad buffers", int(deferred), [
+                    "model.defer_embedding_wgrad_compute", "model.wgrad_deferral_limit", "model.vocab_size",
+                    "train.global_batch_size"], kind="activation"))
         act_total = sum(c.bytes for c in act_comps)
         graph = cuda_graph_component(inp, gpu, layers, inflight, act_total)
         if graph is not None:
@@ -193,10 +200,19 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
                                "static per-microbatch batch buffers")
         else:
             assumptions.append("CUDA-graph pool: fixed base plus static output buffers per graphed layer and "
-                               "in-flight microbatch (order-of-magnitude model)")
+                               "in-flight microbatch (order-of-magnitude model); reserved after capture, not part "
+                               "of the allocated peak, which the eager warm-up iterations set")
+    if inp.rt.defer_embedding_wgrad and inp.train.num_microbatches is None and not inp.rt.wgrad_deferral_limit:
+        assumptions.append("defer_embedding_wgrad_compute without a deferral limit and an unknown number of "
+                           "microbatches: the last stage's deferred output-layer buffers counted for 1 microbatch")
+    if inp.rt.ce_impl == "te":
+        assumptions.append("TE cross entropy keeps a bf16 copy of the logits for backward (Transformer Engine 2.20 "
+                           "parallel_cross_entropy without overwrite_input); older TE versions wrote the gradient "
+                           "into the logits and kept no copy")
     parallelism: dict[str, int | None] = {"tp": par.tp, "pp": par.pp, "vpp": par.vpp, "cp": par.cp, "ep": par.ep,
                                           "etp": par.etp, "dp": par.dp, "edp": par.edp}
-    return Estimate(recipe_name, gpu, par.world_size, parallelism, stages, assumptions)
+    kind = model_kind(inp)
+    return Estimate(recipe_name, gpu, par.world_size, parallelism, stages, assumptions, kind, band(kind))
 
 
 def estimate_values(values: Mapping[str, Any] | Any, *, gpu: str | GpuSpec = DEFAULT_GPU,

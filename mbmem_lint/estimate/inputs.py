@@ -113,6 +113,10 @@ class Shape:
     mtp_layers: int
     hidden_dropout: float
     attention_dropout: float
+    # MLP activation runs in a fused kernel (bias_activation_fusion or use_te_activation_func); MCore's
+    # TransformerConfig defaults bias_activation_fusion to False (transformer_config.py L482) and only some
+    # Bridge model bridges turn it on (e.g. llama_bridge.py L67, not qwen3_bridge.py).
+    glu_fused: bool = True
 
 
 @dataclass
@@ -145,6 +149,7 @@ class Train:
     seq: int
     mbs: int
     num_microbatches: int | None
+    packed_thd: bool = False  # packed sequences (THD layout): dataset.enable_offline_packing / packed specs
 
 
 @dataclass
@@ -173,6 +178,7 @@ class Optim:
     cpu_offload: bool
     offload_fraction: float
     fsdp: str | None  # megatron-fsdp sharding strategy, or None
+    precision_aware: bool = False  # optimizer.use_precision_aware_optimizer
 
 
 @dataclass
@@ -221,6 +227,11 @@ class Runtime:
     softmax_fusion: bool  # model.masked_softmax_fusion (the fused kernel still has shape limits)
     softmax_fp32: bool  # model.attention_softmax_in_fp32 (forced by apply_query_key_layer_scaling)
     fused_qkv_rope: bool  # model.fused_single_qkv_rope: q, k, v all leave the fused RoPE as new tensors
+    ce_impl: str = "native"  # cross-entropy: "te" | "native" (MCore fused) | "unfused" (vocab_parallel_cross_entropy)
+    # Last pipeline stage: output-layer wgrad deferred to the pipeline flush (defer_embedding_wgrad_compute),
+    # holding up to ``wgrad_deferral_limit`` microbatches' inputs and logit gradients (0 = all of them).
+    defer_embedding_wgrad: bool = False
+    wgrad_deferral_limit: int = 0
 
 
 @dataclass
@@ -259,6 +270,28 @@ def _hybrid(r: Reader) -> str | None:
         if isinstance(v, str) and v:
             return v
     return None
+
+
+def _model_or_overlap(r: Reader, name: str, default: Any) -> Any:
+    """``model.<name>``, else ``comm_overlap.<name>`` (Bridge's CommOverlapConfig copies it into the model config
+    at setup, comm_overlap.py L416), else ``default``."""
+    for path in (f"model.{name}", f"comm_overlap.{name}"):
+        v = r.value(path, None)
+        if v is not None and not isinstance(v, bool) and isinstance(v, (int, float)):
+            return int(v)
+        if isinstance(v, bool):
+            return v
+    return default
+
+
+def _ce_impl(r: Reader) -> str:
+    """Which cross entropy the loss runs (MCore language_module.py compute_language_model_loss L166-196):
+    TE's parallel_cross_entropy, MCore's fused one, or vocab_parallel_cross_entropy. Bridge's GPTModelProvider
+    turns cross_entropy_loss_fusion on (gpt_provider.py L204); the implementation defaults to "native"."""
+    if not r.bool_("model.cross_entropy_loss_fusion", True):
+        return "unfused"
+    impl = r.value("model.cross_entropy_fusion_impl", "native")
+    return "te" if impl == "te" else "native"
 
 
 def _pad_vocab(v: int, div: int, tp: int) -> int:
@@ -347,6 +380,9 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         mtp_layers=mtp,
         hidden_dropout=r.float_("model.hidden_dropout", 0.1),
         attention_dropout=r.float_("model.attention_dropout", 0.1),
+        glu_fused=r.bool_("model.bias_activation_fusion", False,
+                          note="MCore's TransformerConfig default: the unfused GLU path") is True
+        or r.bool_("model.use_te_activation_func", False),
     )
     if isinstance(act, str) and act and "silu" not in act and "gelu" not in act and glu:
         r.assumptions.append(f"activation {act!r} with gated_linear_unit counted as a 2-matrix GLU input")
@@ -374,7 +410,10 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     mbs = r.pos("train.micro_batch_size", 1, note="no micro_batch_size")
     gbs = r.int_("train.global_batch_size", None)
     nmb = max(1, gbs // (mbs * dp)) if gbs and world_size is not None else None
-    train = Train(seq=seq, mbs=mbs, num_microbatches=nmb)
+    # Packed sequences run in the THD layout (Bridge's packed-sequence datasets pass PackedSeqParams(qkv_format="thd")).
+    packed_size = r.int_("dataset.packed_sequence_specs.packed_sequence_size", None) or 0
+    packed = r.bool_("dataset.enable_offline_packing", False) or packed_size > 0
+    train = Train(seq=seq, mbs=mbs, num_microbatches=nmb, packed_thd=packed)
 
     pdt = r.value("model.params_dtype", None)
     if pdt is None:
@@ -430,8 +469,9 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         store_param_remainders=pa_opt and r.bool_("optimizer.store_param_remainders", True) and param_bytes == 2
         and main_bytes == 4,
         cpu_offload=r.bool_("optimizer.optimizer_cpu_offload", False),
-        offload_fraction=r.float_("optimizer.optimizer_offload_fraction", 1.0),
+        offload_fraction=r.float_("optimizer.optimizer_offload_fraction", 0.0),  # optimizer_config.py L347
         fsdp=fsdp,
+        precision_aware=pa_opt,
     )
 
     peft = None
@@ -489,5 +529,8 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         softmax_fp32=r.bool_("model.attention_softmax_in_fp32", True)
         or r.bool_("model.apply_query_key_layer_scaling", False),
         fused_qkv_rope=r.bool_("model.fused_single_qkv_rope", False),
+        ce_impl=_ce_impl(r),
+        defer_embedding_wgrad=pp > 1 and _model_or_overlap(r, "defer_embedding_wgrad_compute", False) is True,
+        wgrad_deferral_limit=max(0, int(_model_or_overlap(r, "wgrad_deferral_limit", 0) or 0)),
     )
     return Inputs(shape, par, train, prec, opt, peft, rec, off, rt, r.assumptions)

@@ -67,6 +67,25 @@ def fp8_param_bytes(recipe: str, family: str) -> float:
     return (2.0 if columnwise else 1.0) * (1.0 + (1.0 / 32 if mx else 0.0))
 
 
+def offload_shares(inp: Inputs) -> tuple[float, float]:
+    """(share of the optimizer states, share of the fp32 main params) that stay on the GPU under
+    ``optimizer_cpu_offload``.
+
+    MCore builds a HybridDeviceOptimizer over the distributed optimizer's parameter shards (optimizer/__init__.py
+    L502-541, distrib_optimizer.py L778-781), which moves whole shards to the CPU until ``offload_fraction`` of
+    the elements is reached (hybrid_optimizer.py _get_sub_optimizer_param_groups L251-282) and runs their Adam
+    there. Without the precision-aware optimizer the shards it receives are the distributed optimizer's own fp32
+    main params (distrib_optimizer.py L422-445, "orig_group" L486-490): the CPU copies are clones, the GPU
+    originals stay (Bridge's optim.py calls them the "level-1 FP32 GPU shards"), so only the Adam states of the
+    offloaded share leave the GPU. With the precision-aware optimizer the shards are bf16 views and the fp32
+    copies are made per device (L273-278), so the offloaded share's fp32 params leave too."""
+    opt = inp.opt
+    if not opt.cpu_offload:
+        return 1.0, 1.0
+    on_gpu = 1.0 - min(max(opt.offload_fraction, 0.0), 1.0)
+    return on_gpu, (on_gpu if opt.precision_aware else 1.0)
+
+
 def _local(p: Params, inp: Inputs) -> tuple[float, float]:
     """(dense, expert) parameter counts on one GPU."""
     par = inp.par
@@ -115,18 +134,24 @@ def model_state_components(inp: Inputs, base: Params, adapters: Params, family: 
         "ddp.grad_reduce_in_fp32", "model.params_dtype", *peft_f,
         *(["ddp.data_parallel_sharding_strategy"] if shard_grads else [])]))
 
-    on_gpu = 1.0 - (min(max(opt.offload_fraction, 0.0), 1.0) if opt.cpu_offload else 0.0)
+    on_gpu, main_on_gpu = offload_shares(inp)
     per_param = (2 if opt.store_param_remainders else opt.main_param_bytes)
+    state_bytes = sum(opt.state_bytes)
+    if opt.cpu_offload:
+        # HybridDeviceOptimizer's sub-optimizers (torch/CPU Adam, __init__.py L510-541) keep fp32 states and update
+        # fp32 params: the precision-aware dtypes and param remainders do not apply.
+        per_param = opt.main_param_bytes and 4
+        state_bytes = 4 * len(opt.state_bytes)
     ds = dense_shard if shard_state else 1
     es = expert_shard if shard_state else 1
     state_fields = ["optimizer.use_distributed_optimizer", "model.context_parallel_size", *peft_f]
     if opt.cpu_offload:
         state_fields += ["optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction"]
     if per_param:
-        mbytes = (t_dense / ds + t_expert / es) * per_param * on_gpu
+        mbytes = (t_dense / ds + t_expert / es) * per_param * main_on_gpu
         comps.append(Component("main params", int(mbytes), [
             *state_fields, "optimizer.main_params_dtype", "optimizer.use_precision_aware_optimizer"]))
-    sbytes = (t_dense / ds + t_expert / es) * sum(opt.state_bytes) * on_gpu
+    sbytes = (t_dense / ds + t_expert / es) * state_bytes * on_gpu
     comps.append(Component("optimizer states", int(sbytes), [
         "optimizer.optimizer", *state_fields, "optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype"]))
 

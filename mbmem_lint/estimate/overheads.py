@@ -7,7 +7,7 @@ from mbmem_lint.estimate.activations import attention_scores, tokens
 from mbmem_lint.estimate.gpus import GpuSpec
 from mbmem_lint.estimate.inputs import Inputs
 from mbmem_lint.estimate.params import layer_kinds, layer_sublayers
-from mbmem_lint.estimate.types import ALLOCATED_KINDS, Component
+from mbmem_lint.estimate.types import ALLOCATED_KINDS, FRAGMENTATION_RESERVE, Component
 
 _SCOPE_KINDS = {"attn": {"attn", "mla"}, "mlp": {"mlp"}, "moe": {"moe"}, "moe_router": {"moe"},
                 "moe_preprocess": {"moe"}, "mamba": {"mamba"}}
@@ -57,6 +57,13 @@ def runtime_components(inp: Inputs, gpu: GpuSpec) -> list[Component]:
 
 def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight: float,
                          activation_bytes: float) -> Component | None:
+    """The CUDA-graph private pool, as a ``reserve``: memory the GPU holds but ``max_memory_allocated`` does not
+    count at the step's peak. Bridge runs ``cuda_graph_warmup_steps`` (MCore default 3, transformer_config.py
+    L1023) eager iterations before capturing (training/train.py L429-441; the local implementation captures at the
+    end of its first, eager, step), and the allocator's peak counter is never reset: the allocated peak is the
+    eager one, where every activation is a normal allocation and no pool exists. After capture the graphed
+    activations live in the pool between replays (freed blocks of a private pool, reserved but not allocated),
+    while the eager iterations' segments stay cached, so the pool adds to what the GPU must hold."""
     impl = inp.rt.graph_impl
     if impl in ("none", ""):
         return None
@@ -70,7 +77,7 @@ def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight:
         # double-counted them). On top come the pool's base and StaticBufferLoader's per-microbatch copies of
         # the batch (L95-139: tokens, labels, position_ids int64 + loss_mask fp32 = 28 B/token).
         static = 28 * inp.train.seq * inp.train.mbs * max(1, inp.train.num_microbatches or 1)
-        return Component("cuda graph pool", int(base + static), fields, kind="workspace")
+        return Component("cuda graph pool", int(base + static), fields, kind="reserve")
     scope = inp.rt.graph_scope
     kinds: set[str] = set()
     for sc in scope:
@@ -86,7 +93,7 @@ def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight:
     # plus its base, so the per-layer part is capped by this stage's activation bytes.
     io = 2 * tokens(inp) * inp.shape.hidden * r
     per_layer = min(graphed * io * max(1.0, inflight), activation_bytes)
-    return Component("cuda graph pool", int(base + per_layer), fields, kind="workspace")
+    return Component("cuda graph pool", int(base + per_layer), fields, kind="reserve")
 
 
 def unfused_score_buffer_component(inp: Inputs, layers: list[int]) -> Component | None:
@@ -116,5 +123,5 @@ def fragmentation_component(inp: Inputs, gpu: GpuSpec, comps: list[Component]) -
     key = "fragmentation_fraction_expandable" if inp.rt.expandable_segments else "fragmentation_fraction"
     frac = gpu.overhead(key)
     reserve = frac * allocated
-    return Component("allocator fragmentation reserve", int(reserve), ["env_vars.PYTORCH_CUDA_ALLOC_CONF"],
+    return Component(FRAGMENTATION_RESERVE, int(reserve), ["env_vars.PYTORCH_CUDA_ALLOC_CONF"],
                      kind="reserve")

@@ -30,9 +30,10 @@ def render_text(est: Estimate, width: int = 100) -> str:
     name_w = max(20, min(48, width - 30))
     for st in est.stages:
         lines.append("")
-        lines.append(f"stage pp_rank={st.pp_rank} ({st.layers} layers): {_gib(st.total_bytes)}")
+        lines.append(f"stage pp_rank={st.pp_rank} ({st.layers} layers): {_gib(st.total_bytes)} "
+                     f"(allocated {_gib(st.allocated_bytes)})")
         for c in sorted(st.components, key=lambda c: -c.bytes):
-            lines.append(f"  {c.name[:name_w]:<{name_w}} {c.bytes / GIB:10.2f} GiB")
+            lines.append(f"  {c.name[:name_w]:<{name_w}} {c.bytes / GIB:10.2f} GiB  {c.kind}")
     lines.append("")
     bar_w = max(10, width - 30)
     for st in est.stages:
@@ -41,10 +42,18 @@ def render_text(est: Estimate, width: int = 100) -> str:
     lines.append("")
     lines.append(f"peak: stage {est.peak_stage}, {_gib(est.peak_bytes)}; {verdict}; headroom "
                  f"{_gib(est.headroom_bytes)}")
+    lines.append(f"allocated peak (max_memory_allocated): stage {est.allocated_peak_stage}, "
+                 f"{_gib(est.allocated_peak_bytes)}")
+    lines.append(_band_line(est))
     for a in est.assumptions:
         lines.append(f"assumption: {a}")
     return "\n".join(line[:width] if len(line) > width and not line.startswith("assumption") else line
                      for line in lines)
+
+
+def _band_line(est: Estimate) -> str:
+    return (f"uncertainty: +/-{est.uncertainty * 100:.0f}% (error band measured on published {est.model_kind} "
+            f"runs, bench/estimate_validation.py)")
 
 
 def render_markdown(est: Estimate) -> str:
@@ -54,17 +63,20 @@ def render_markdown(est: Estimate) -> str:
         f"### Memory estimate: `{est.recipe}` on {est.gpu.name}",
         "",
         f"Peak: stage {est.peak_stage}, {_gib(est.peak_bytes)} of {_gib(usable)} usable; {verdict} "
-        f"(headroom {_gib(est.headroom_bytes)}).",
+        f"(headroom {_gib(est.headroom_bytes)}). Allocated peak (`max_memory_allocated`): stage "
+        f"{est.allocated_peak_stage}, {_gib(est.allocated_peak_bytes)}. {_band_line(est).capitalize()}.",
         "",
-        "| stage | total | usage |",
-        "|---|---:|---|",
+        "| stage | total | allocated | usage |",
+        "|---|---:|---:|---|",
     ]
     for st in est.stages:
-        out.append(f"| {st.pp_rank} | {_gib(st.total_bytes)} | `{_bar(st.total_bytes, usable, 20)}` |")
+        out.append(f"| {st.pp_rank} | {_gib(st.total_bytes)} | {_gib(st.allocated_bytes)} | "
+                   f"`{_bar(st.total_bytes, usable, 20)}` |")
     peak = next(s for s in est.stages if s.pp_rank == est.peak_stage)
-    out += ["", f"Components of stage {peak.pp_rank}:", "", "| component | bytes | fields |", "|---|---:|---|"]
+    out += ["", f"Components of stage {peak.pp_rank}:", "", "| component | kind | bytes | fields |",
+            "|---|---|---:|---|"]
     for c in sorted(peak.components, key=lambda c: -c.bytes):
-        out.append(f"| {c.name} | {_gib(c.bytes)} | {', '.join(f'`{f}`' for f in c.fields[:4])} |")
+        out.append(f"| {c.name} | {c.kind} | {_gib(c.bytes)} | {', '.join(f'`{f}`' for f in c.fields[:4])} |")
     if est.assumptions:
         out += ["", "Assumptions:", ""] + [f"- {a}" for a in est.assumptions]
     return "\n".join(out) + "\n"

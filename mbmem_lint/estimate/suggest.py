@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mbmem_lint.estimate.api import estimate_recipe
-from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable
+from mbmem_lint.estimate.types import FRAGMENTATION_RESERVE, Component, Estimate, EstimateUnavailable
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 
@@ -117,11 +117,14 @@ def suggestions(recipe: ResolvedRecipe, estimate: Estimate) -> list[Suggestion]:
 
 
 def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float = 0.05,
-                      uncertainty: float = 0.10) -> list[CapacityFinding]:
+                      uncertainty: float | None = None) -> list[CapacityFinding]:
     """Error when the stage's allocations exceed usable memory by more than the estimator's
-    ``uncertainty`` (docs/estimate.md: measured cases are within about ±10-17%); a stage over capacity
-    by less than that, or only through the fragmentation reserve, or under ``margin`` headroom, gets a
-    warning. No false certainty: an error means the estimate is over capacity beyond its error band."""
+    ``uncertainty`` (default: the band measured on the validation table for this kind of model,
+    ``Estimate.uncertainty``); a stage over capacity by less than that, or only through the fragmentation
+    reserve, or under ``margin`` headroom, gets a warning. No false certainty: an error means the estimate is
+    over capacity beyond its error band."""
+    if uncertainty is None:
+        uncertainty = estimate.uncertainty
     usable = estimate.gpu.usable_bytes
     peak = next(s for s in estimate.stages if s.pp_rank == estimate.peak_stage)
     headroom = estimate.headroom_bytes
@@ -131,7 +134,7 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
     # that exceeds capacity only through fragmentation OOMing in 30-60% of runs, not in every run. So the error
     # needs the allocations themselves (state, activations, workspaces, CUDA context, NCCL) not to fit; when
     # only the reserve tips the stage over, it is a headroom warning (the cheapest fix is expandable segments).
-    certain = max(s.total_bytes - sum(c.bytes for c in s.components if c.kind == "reserve")
+    certain = max(s.total_bytes - sum(c.bytes for c in s.components if c.name == FRAGMENTATION_RESERVE)
                   for s in estimate.stages)
     severity = "error" if certain > usable * (1 + uncertainty) else "warning"
     # Without a world size the data-parallel sharding (distributed optimizer, FSDP) is an assumption
@@ -147,9 +150,10 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
     elif certain > usable:
         head = (f"pipeline stage {peak.pp_rank} needs an estimated {peak.total_bytes / GIB:.1f} GiB, "
                 f"{-headroom / GIB:.1f} GiB more than the {usable / GIB:.1f} GiB usable on {estimate.gpu.name}; "
-                f"that is within the estimator's {uncertainty * 100:.0f}% uncertainty, so it may not fit")
+                f"that is within the estimator's {uncertainty * 100:.0f}% uncertainty for {estimate.model_kind} "
+                f"models, so it may not fit")
     elif headroom < 0:
-        reserve = sum(c.bytes for c in peak.components if c.kind == "reserve")
+        reserve = sum(c.bytes for c in peak.components if c.name == FRAGMENTATION_RESERVE)
         head = (f"pipeline stage {peak.pp_rank} needs an estimated {peak.total_bytes / GIB:.1f} GiB with a "
                 f"{reserve / GIB:.1f} GiB allocator fragmentation reserve, {-headroom / GIB:.1f} GiB more than the "
                 f"{usable / GIB:.1f} GiB usable on {estimate.gpu.name}; without the reserve it fits with "

@@ -7,10 +7,14 @@ from typing import Any
 from mbmem_lint.estimate.gpus import GpuSpec
 from mbmem_lint.records import dataclass, field
 
-# Component kinds. "state", "activation" and "workspace" live in PyTorch's caching allocator
-# (they are what ``torch.cuda.max_memory_allocated`` reports); "runtime" is outside it
-# (CUDA context, NCCL buffers); "reserve" is the allocator's reserved-but-unallocated gap.
+# Component kinds. "state", "activation" and "workspace" live in PyTorch's caching allocator at the step's peak
+# (they are what ``torch.cuda.max_memory_allocated`` and Megatron's "max allocated" report); "runtime" is outside
+# it (CUDA context, NCCL buffers); "reserve" is memory the allocator reserves but does not count as allocated at
+# that peak (the fragmentation allowance, CUDA-graph private pools after capture).
 ALLOCATED_KINDS = ("state", "activation", "workspace")
+KINDS = ("state", "activation", "workspace", "runtime", "reserve")
+# The "reserve" that is a risk allowance rather than memory held for sure (the capacity rules treat it apart).
+FRAGMENTATION_RESERVE = "allocator fragmentation reserve"
 
 
 class EstimateUnavailable(Exception):
@@ -33,7 +37,7 @@ class Component:
     kind: str = "state"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "bytes": int(self.bytes), "fields": list(self.fields)}
+        return {"name": self.name, "bytes": int(self.bytes), "fields": list(self.fields), "kind": self.kind}
 
 
 @dataclass
@@ -61,6 +65,7 @@ class StageEstimate:
             "pp_rank": self.pp_rank,
             "components": [c.to_json() for c in self.components],
             "total_bytes": self.total_bytes,
+            "allocated_bytes": self.allocated_bytes,
         }
 
 
@@ -75,6 +80,10 @@ class Estimate:
     parallelism: dict[str, int | None]
     stages: list[StageEstimate]
     assumptions: list[str] = field(default_factory=list)
+    # The estimator's measured error band for this kind of model (bench/estimate_validation.py):
+    # model_kind names the validation rows it comes from.
+    model_kind: str = "dense"
+    uncertainty: float = 0.10
 
     @property
     def peak_stage(self) -> int:
@@ -82,7 +91,18 @@ class Estimate:
 
     @property
     def peak_bytes(self) -> int:
+        """Everything the peak stage's GPU must hold: allocations, CUDA context and NCCL, and reserves."""
         return max(s.total_bytes for s in self.stages)
+
+    @property
+    def allocated_peak_bytes(self) -> int:
+        """The largest per-stage allocator total: what ``torch.cuda.max_memory_allocated`` (Megatron's
+        "max allocated") reports on that stage's ranks."""
+        return max(s.allocated_bytes for s in self.stages)
+
+    @property
+    def allocated_peak_stage(self) -> int:
+        return max(self.stages, key=lambda s: s.allocated_bytes).pp_rank
 
     @property
     def headroom_bytes(self) -> int:
@@ -104,8 +124,11 @@ class Estimate:
             "parallelism": dict(self.parallelism),
             "stages": [s.to_json() for s in self.stages],
             "peak_bytes": self.peak_bytes,
+            "allocated_peak_bytes": self.allocated_peak_bytes,
+            "allocated_peak_stage": self.allocated_peak_stage,
             "peak_stage": self.peak_stage,
             "fits": self.fits,
             "headroom_bytes": self.headroom_bytes,
+            "uncertainty": {"model_kind": self.model_kind, "fraction": self.uncertainty},
             "assumptions": list(self.assumptions),
         }
