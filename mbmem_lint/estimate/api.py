@@ -31,7 +31,7 @@ from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, 
 from mbmem_lint.estimate.uncertainty import band, model_kind
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 
-__all__ = ["estimate_recipe", "estimate_values", "EstimateUnavailable", "DEFAULT_GPU"]
+__all__ = ["estimate_recipe", "estimate_values", "layer_activation_bytes", "EstimateUnavailable", "DEFAULT_GPU"]
 
 DEFAULT_GPU = "h100-80gb"
 _MISSING = object()
@@ -222,6 +222,16 @@ def estimate_values(values: Mapping[str, Any] | Any, *, gpu: str | GpuSpec = DEF
     spec = gpu if isinstance(gpu, GpuSpec) else resolve_gpu(gpu)
     inp = read_inputs(get, world_size)
     return _build(inp, spec, name)
+
+
+def layer_activation_bytes(values: Mapping[str, Any] | Any, *, world_size: int | None = None) -> list[float]:
+    """Activation bytes each layer keeps for one micro-batch (after what recompute drops), as the estimate
+    counts them; ``values`` is a getter or a flat mapping. Used to cost activation offload transfers."""
+    get = values.get if isinstance(values, Mapping) else values
+    inp = read_inputs(get, world_size)
+    kind_terms = _KindTerms(inp)
+    indices = list(range(inp.shape.num_layers))
+    return [kind_terms.get(k, i)[0] for k, i in zip(layer_kinds(inp.shape, indices), indices)]
 
 
 def recipe_getter(recipe: ResolvedRecipe, overrides: Mapping[str, Any] | None = None) -> Any:

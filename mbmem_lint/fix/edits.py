@@ -18,6 +18,7 @@ from typing import Any
 
 import libcst as cst
 
+from mbmem_lint.alloc_conf import merge_alloc_conf
 from mbmem_lint.diagnostics import Edit, Location
 from mbmem_lint.fix._text import LineTable, PyIndex, Span, indentation, newline_of, py_index
 from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
@@ -91,24 +92,6 @@ def _looks_numeric(s: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def merge_alloc_conf(current: str | None, option: str) -> str:
-    """``PYTORCH_CUDA_ALLOC_CONF`` value with ``option`` (``key:value``) set, other options kept in order."""
-    key = option.split(":", 1)[0].strip()
-    parts = [p for p in (current or "").split(",") if p.strip()]
-    out: list[str] = []
-    replaced = False
-    for p in parts:
-        if p.split(":", 1)[0].strip() == key:
-            if not replaced:
-                out.append(option)
-                replaced = True
-        else:
-            out.append(p)
-    if not replaced:
-        out.append(option)
-    return ",".join(out)
 
 
 # --------------------------------------------------------------------------- common helpers
