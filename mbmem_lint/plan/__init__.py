@@ -12,7 +12,14 @@ interconnect figures, calibration), ``current`` (the recipe read as a knob assig
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mbmem_lint.plan.types import PlanCandidate, PlanOptions, PlanResult
+
+if TYPE_CHECKING:
+    from mbmem_lint.plan.session import RecipeKey, RecipeSession
+    from mbmem_lint.resolve.resolved import ResolvedRecipe
+    from mbmem_lint.settings import Settings
 
 __all__ = ["PlanCandidate", "PlanError", "PlanOptions", "PlanResult", "plan_path", "plan_recipe"]
 
@@ -26,10 +33,9 @@ class PlanError(Exception):
         self.reason = reason
 
 
-def plan_recipe(recipe, settings, options: PlanOptions) -> PlanResult:  # type: ignore[no-untyped-def]
+def plan_recipe(recipe: ResolvedRecipe, settings: Settings, options: PlanOptions) -> PlanResult:
     """Plan one resolved recipe: its file (and YAML override files) are resolved again, with every
     candidate's changes as ``--set`` items after ``options.set_items``."""
-    from mbmem_lint.plan.search import Planner
     from mbmem_lint.plan.session import SET_PATH, RecipeKey, RecipeSession
 
     yaml = [p for p in recipe.overrides if p != SET_PATH]
@@ -39,7 +45,7 @@ def plan_recipe(recipe, settings, options: PlanOptions) -> PlanResult:  # type: 
     return _plan(session, RecipeKey.of(recipe), settings, options)
 
 
-def plan_path(path: str, settings, options: PlanOptions, *, function: str | None = None,  # type: ignore[no-untyped-def]
+def plan_path(path: str, settings: Settings, options: PlanOptions, *, function: str | None = None,
               recipe_ref: str | None = None) -> list[PlanResult | PlanError]:
     """Plan every recipe of ``path`` (a recipe file, or YAML override files with ``recipe_ref``), or only
     ``function``. Raises :class:`~mbmem_lint.discover.files.MissingPathError` for a missing path."""
@@ -53,7 +59,8 @@ def plan_path(path: str, settings, options: PlanOptions, *, function: str | None
     return out
 
 
-def _plan_or_error(session, key, settings, options: PlanOptions, name: str) -> PlanResult | PlanError:  # type: ignore[no-untyped-def]
+def _plan_or_error(session: RecipeSession, key: RecipeKey, settings: Settings, options: PlanOptions,
+                   name: str) -> PlanResult | PlanError:
     from mbmem_lint.estimate.types import EstimateUnavailable
 
     try:
@@ -63,7 +70,7 @@ def _plan_or_error(session, key, settings, options: PlanOptions, name: str) -> P
         return PlanError(name, f"estimate unavailable: {exc.reason}{missing}")
 
 
-def _plan(session, key, settings, options: PlanOptions) -> PlanResult:  # type: ignore[no-untyped-def]
+def _plan(session: RecipeSession, key: RecipeKey, settings: Settings, options: PlanOptions) -> PlanResult:
     from mbmem_lint.plan.search import Planner
 
     return Planner(session, key, settings, options).run()
