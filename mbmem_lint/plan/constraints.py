@@ -9,10 +9,10 @@ check names the rule that enforces the same behaviour (and through it the Megatr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from mbmem_lint.plan.knobs import Layout, Spec
+from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import is_known
 
 Getter = Callable[[str], Any]
@@ -174,6 +174,8 @@ def batch_ok(f: ModelFacts, lay: Layout, mbs: int) -> str | None:
     if f.world_size is None or f.gbs is None:
         return None
     dp = f.world_size // (lay.tp * lay.pp * lay.cp)
+    if dp < 1:
+        return f"world size {f.world_size} is below TP·PP·CP (MBM101)"
     if f.gbs % (mbs * dp):
         return f"global batch {f.gbs} not divisible by MBS·DP = {mbs}·{dp} (MBM106)"
     m = f.gbs // (mbs * dp)

@@ -15,12 +15,12 @@ live in ``data/interconnect.json`` with the fit (``bench/plan_calibration.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.estimate.inputs import Inputs
 from mbmem_lint.plan.hardware import Calibration, Hardware
 from mbmem_lint.plan.knobs import Spec
+from mbmem_lint.records import dataclass, field
 
 BF16 = 2
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "regather", "act_offload", "fsdp",

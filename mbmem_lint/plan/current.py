@@ -5,7 +5,6 @@ flags the cost model reads, and which knobs are pinned (``--keep``, unknown valu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.estimate.inputs import Inputs, read_inputs
@@ -33,6 +32,7 @@ from mbmem_lint.plan.knobs import (
     Setting,
     Spec,
 )
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import is_known
 
 Getter = Callable[[str], Any]

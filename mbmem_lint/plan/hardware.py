@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from mbmem_lint.data import data_file
+from mbmem_lint.records import dataclass
 
 GB = 1e9
 

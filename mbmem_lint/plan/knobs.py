@@ -7,8 +7,10 @@ A :class:`Spec` is a full assignment of every knob; :func:`spec_values` turns it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
+
+from mbmem_lint.records import dataclass
 
 TP = "model.tensor_model_parallel_size"
 SP = "model.sequence_parallel"

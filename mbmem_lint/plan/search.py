@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from mbmem_lint.check.engine import run_checks
@@ -30,6 +30,7 @@ from mbmem_lint.plan.current import Current, read_current
 from mbmem_lint.plan.hardware import calibration, hardware
 from mbmem_lint.plan.session import RecipeKey, RecipeSession, set_item
 from mbmem_lint.plan.types import PlanCandidate, PlanOptions, PlanResult, PlanStats
+from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.settings import Settings
 
@@ -45,6 +46,7 @@ def _rejected_by_bridge() -> frozenset[str]:
 
 
 REJECTED_BY_BRIDGE = _rejected_by_bridge()
+SPLIT_KEYS = (K.VPP, K.FIRST, K.LAST)
 MODULE_ORDER = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe")
 MAX_TP = 8  # TP beyond one 8-GPU NVLink board is not searched unless the recipe already uses it
 
@@ -393,8 +395,8 @@ class Planner:
             else:
                 stats.constraint_rejects[_short(reason)] = stats.constraint_rejects.get(_short(reason), 0) + 1
         base_layout = cur.spec.layout
-        if base_layout not in layouts:
-            layouts.insert(0, base_layout)
+        if self.ws is None:
+            layouts = [base_layout]
         stats.layouts = len(layouts)
         layout_steps = [sum(getattr(lay, f) != getattr(base_layout, f) for f in ("tp", "pp", "vpp", "first", "cp", "ep",
                                                                                    "etp")) for lay in layouts]
@@ -490,6 +492,9 @@ class Planner:
                 items = set(_items(changes))
                 if any(set(_items(a.changes)) <= items for a in accepted):
                     continue  # the changes of a cheaper candidate, and more
+                if _family(changes) in {_family(a.changes) for a in accepted}:
+                    stops.append((li, idx))
+                    continue  # a cheaper candidate differs only in the (virtual) stage split
                 accepted.append(_Accepted(li, idx, spec, changes, est, self.cost(spec)))
                 stops.append((li, idx))
                 continue
@@ -509,10 +514,15 @@ class Planner:
     def _result(self, accepted: list[_Accepted], blocked_example: dict[str, str]) -> PlanResult:
         accepted.sort(key=lambda a: (a.terms.total, len(a.changes)))
         kept: list[_Accepted] = []
+        families: set[frozenset[tuple[str, str]]] = set()
         for a in accepted:
             items = set(_items(a.changes))
             if any(set(_items(b.changes)) <= items for b in kept):
                 continue
+            family = _family(a.changes)
+            if family in families:
+                continue
+            families.add(family)
             kept.append(a)
         kept = kept[: max(1, self.options.top)]
         cands: list[PlanCandidate] = []
@@ -570,6 +580,12 @@ class Planner:
             return (f"no fitting configuration found within {st.evaluated} evaluations {where} (budget {budget}); "
                     "raise the evaluation budget or pin knobs with --keep to narrow the search")
         return f"no configuration fits {where} within {budget}{extra}"
+
+
+def _family(changes: dict[str, Any]) -> frozenset[tuple[str, str]]:
+    """Candidates that differ only in how the layers are split over (virtual) stages are one idea: the plan
+    shows the cheapest of them."""
+    return frozenset(kv for kv in _items(changes) if kv[0] not in SPLIT_KEYS)
 
 
 def _items(changes: dict[str, Any]) -> list[tuple[str, str]]:

@@ -8,12 +8,12 @@ items reuses the loaded modules and the memoised library calls (well under a mil
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import discover
 from mbmem_lint.parse.yaml_overrides import OverrideFile, parse_dotlist
+from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver, ResolveResult
 from mbmem_lint.settings import Settings

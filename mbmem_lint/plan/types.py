@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from mbmem_lint.estimate.gpus import GpuSpec
 from mbmem_lint.estimate.types import Estimate
 from mbmem_lint.plan.cost import Terms
 from mbmem_lint.plan.knobs import Spec
+from mbmem_lint.records import dataclass, field
 
 
 @dataclass
