@@ -107,6 +107,8 @@ class ModelFacts:
 def stage_split_ok(f: ModelFacts, pp: int, vpp: int | None, first: int | None, last: int | None) -> str | None:
     """MBM103/MBM104: whole layers per pipeline stage and per virtual chunk."""
     n = f.num_layers
+    if f.layout_string:
+        return None  # pipeline_model_parallel_layout places the layers (PP, VPP and the split stay pinned)
     if vpp is not None and (pp <= 1 or not f.vpp_supported):
         return "VPP needs PP>1 and a provider that supports it (MBM104)"
     if pp <= 1:
