@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resolve": ("mbmem_lint.commands.resolve", "resolve"),
     "estimate": ("mbmem_lint.commands.estimate", "estimate"),
     "diagnose": ("mbmem_lint.commands.diagnose", "diagnose"),
+    "plan": ("mbmem_lint.commands.plan", "plan"),
     "rules": ("mbmem_lint.commands.rules", "rules"),
     "rule": ("mbmem_lint.commands.rules", "rule"),
     "dev": ("mbmem_lint.commands.dev", "dev"),

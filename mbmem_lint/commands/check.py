@@ -12,6 +12,7 @@ from mbmem_lint.commands.common import (
     format_option,
     load_settings_for,
     resolve_options,
+    split_target,
     target_options,
 )
 
@@ -20,7 +21,7 @@ FORMATS = ("text", "json", "github", "sarif", "markdown")
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]},
                short_help="Lint recipe files and YAML overrides (the default command).")
-@click.argument("paths", nargs=-1, required=True, metavar="PATHS...")
+@click.argument("paths", nargs=-1, required=True, metavar="PATHS... | FILE::FUNCTION")
 @format_option(FORMATS, None, "Output format (default: text; github inside GitHub Actions).")
 @target_options
 @click.option("--select", multiple=True, metavar="CODE", help="Only these rule codes or prefixes (repeatable).")
@@ -49,6 +50,13 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
     from mbmem_lint.pipeline import exit_code, run_check
     from mbmem_lint.report import default_format, render
 
+    function = None
+    if any("::" in p for p in paths):
+        # FILE::FUNCTION: check that one recipe (what `plan` candidates are checked with).
+        if len(paths) != 1:
+            fail("FILE::FUNCTION checks one recipe: give it as the only path")
+        file_part, function = split_target(paths[0])
+        paths = (file_part,)
     settings = load_settings_for(list(paths))
     if select:
         settings.select = list(select)
@@ -56,7 +64,7 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
         settings.ignore = list(settings.ignore) + list(ignore)
     if fail_level:
         settings.fail_level = fail_level
-    options = resolve_options(gpu, world_size, recipe, set_items)
+    options = resolve_options(gpu, world_size, recipe, set_items, function)
     if base_rev is not None:
         settings.cache = False  # cached findings know nothing of the base revision
         settings.base = _base_index(list(paths), settings, options, base_rev)
