@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_run import run_cli
@@ -16,18 +17,18 @@ LLAMA8 = str(ROOT / "fixtures/plan/llama3_8b_2gpu.py")
 
 
 @pytest.fixture(scope="module")
-def plan70() -> dict[str, object]:
+def plan70() -> dict[str, Any]:
     res = run_cli(["plan", f"{LLAMA70}::{FUNC70}", "--format", "json", "--top", "6"])
     assert res.exit_code == 0, res.output
-    data: dict[str, object] = json.loads(res.stdout)
+    data: dict[str, Any] = json.loads(res.stdout)
     return data
 
 
-def test_json_contract(plan70: dict[str, object]) -> None:
+def test_json_contract(plan70: dict[str, Any]) -> None:
     assert set(plan70) >= {"recipe", "gpu", "world_size", "current", "candidates"}
     assert plan70["world_size"] == 32
-    assert set(plan70["gpu"]) >= {"name", "capacity_bytes", "usable_bytes"}  # type: ignore[arg-type]
-    assert set(plan70["current"]) >= {"peak_bytes", "fits"}  # type: ignore[arg-type]
+    assert set(plan70["gpu"]) >= {"name", "capacity_bytes", "usable_bytes"}
+    assert set(plan70["current"]) >= {"peak_bytes", "fits"}
     cands = plan70["candidates"]
     assert isinstance(cands, list) and 1 <= len(cands) <= 6
     for c in cands:
@@ -36,10 +37,10 @@ def test_json_contract(plan70: dict[str, object]) -> None:
     assert cands[0]["changes"] == {"env_vars.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
-def test_every_candidate_passes_check_with_its_set_items(plan70: dict[str, object]) -> None:
+def test_every_candidate_passes_check_with_its_set_items(plan70: dict[str, Any]) -> None:
     before = run_cli(["check", f"{LLAMA70}::{FUNC70}", "--format", "json"])
     assert any(d["code"] == "MBM702" for d in json.loads(before.stdout)["diagnostics"])
-    for c in plan70["candidates"]:  # type: ignore[attr-defined]
+    for c in plan70["candidates"]:
         args = ["check", f"{LLAMA70}::{FUNC70}", "--format", "json"]
         for item in c["set_args"]:
             args += ["--set", item]

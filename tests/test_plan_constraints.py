@@ -145,10 +145,10 @@ def test_fsdp_expandable_segments_and_regather() -> None:
 @pytest.mark.parametrize("fixture", ["fixtures/plan/llama3_8b_2gpu.py",
                                      "fixtures/plan/llama3_70b_sft_no_expandable_segments.py"])
 def test_every_candidate_satisfies_the_constraints(fixture: str) -> None:
+    from mbmem_lint.estimate.api import recipe_getter
     from mbmem_lint.plan import PlanOptions, PlanResult, plan_path
     from mbmem_lint.plan.current import read_current
     from mbmem_lint.plan.session import RecipeSession
-    from mbmem_lint.estimate.api import recipe_getter
     from mbmem_lint.settings import Settings
 
     results = plan_path(fixture, Settings(), PlanOptions(with_diff=False))
