@@ -23,6 +23,9 @@ from mbmem_lint.plan.knobs import Spec
 from mbmem_lint.records import dataclass, field
 
 BF16 = 2
+# Terms whose constants were fitted on measured step times (bench/plan_calibration.py); the others are
+# first-order physics with assumed efficiencies (docs/plan.md says which).
+MEASURED_TERMS = ("compute", "recompute", "tp_comm", "pipeline_bubble", "pp_p2p", "regather", "allocator")
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "regather", "act_offload", "fsdp",
          "pipeline_bubble", "pp_p2p", "dp_comm", "optimizer_offload", "allocator")
 
@@ -411,6 +414,12 @@ class CostModel:
         out["optimizer_offload"] = opt_t
         out["allocator"] = 0.0  # expandable segments: measured free
         return Terms({key: out.get(key, 0.0) for key in TERMS}, slow, m)
+
+
+def unmeasured_changes(rel: dict[str, float], base_rel: dict[str, float], tolerance: float = 0.005) -> list[str]:
+    """Terms a candidate changes (by more than ``tolerance`` of the current step) whose cost no measurement
+    calibrates: its rank leans on an assumption there."""
+    return [k for k in TERMS if k not in MEASURED_TERMS and abs(rel.get(k, 0.0) - base_rel.get(k, 0.0)) > tolerance]
 
 
 def relative_terms(terms: Terms, base: Terms) -> dict[str, float]:

@@ -107,6 +107,9 @@ def render_text(result: PlanResult, *, show_diff: bool = True) -> str:
                      f"{c.title}")
         lines.append(f"    stages (GiB): {stages}")
         lines.append(f"    cost terms (x current step): {_terms_line(c.relative_terms)}")
+        if c.unmeasured:
+            names = ", ".join(TERM_LABELS[t] for t in c.unmeasured)
+            lines.append(f"    not calibrated on a measurement: {names} (docs/plan.md)")
         lines.append("    --set " + " --set ".join(_quote(a) for a in c.set_args))
         if show_diff and c.diff:
             lines.extend("    | " + ln for ln in c.diff.rstrip("\n").splitlines())

@@ -25,7 +25,7 @@ from mbmem_lint.estimate.api import estimate_recipe, layer_activation_bytes, rec
 from mbmem_lint.estimate.types import Estimate, EstimateUnavailable
 from mbmem_lint.plan import knobs as K
 from mbmem_lint.plan.constraints import ModelFacts, batch_ok, layout_ok, setting_ok
-from mbmem_lint.plan.cost import CostModel, Terms, relative_terms
+from mbmem_lint.plan.cost import TERMS, CostModel, Terms, relative_terms, unmeasured_changes
 from mbmem_lint.plan.current import Current, read_current
 from mbmem_lint.plan.hardware import calibration, hardware
 from mbmem_lint.plan.session import RecipeKey, RecipeSession, set_item
@@ -57,11 +57,15 @@ def _ordered(mods: set[str]) -> tuple[str, ...]:
     return tuple(sorted(mods, key=lambda m: MODULE_ORDER.index(m) if m in MODULE_ORDER else len(MODULE_ORDER)))
 
 
-def recompute_chain(base: K.Recompute, facts: ModelFacts, moe: bool) -> list[K.Recompute]:
+def recompute_chain(base: K.Recompute, facts: ModelFacts, moe: bool, chunk_layers: int) -> list[K.Recompute]:
     """The current recompute setting, then settings that drop more activations: selective module sets that
-    contain the current ones (core_attn; + moe_act / mla_up_proj; + mlp), then full uniform recompute."""
+    contain the current ones (core_attn; + moe_act / mla_up_proj; + mlp), full recompute of half of each
+    pipeline chunk's layers (``block``), then full recompute of every layer (``uniform``, 1 layer a group)."""
     out = [base]
+    half = chunk_layers // 2
     if base.granularity == "full":
+        if base.method == "block" and (base.num_layers or 0) < half:
+            out.append(K.Recompute("full", base.modules, "block", half))
         if base.method != "uniform" or (base.num_layers or 1) != 1:
             out.append(K.Recompute("full", base.modules, "uniform", 1))
         return out
@@ -78,6 +82,8 @@ def recompute_chain(base: K.Recompute, facts: ModelFacts, moe: bool) -> list[K.R
             continue
         seen.add(key)
         out.append(K.Recompute("selective", key, None, None))
+    if half >= 1:
+        out.append(K.Recompute("full", None, "block", half))
     out.append(K.Recompute("full", None, "uniform", 1))
     return out
 
@@ -108,7 +114,9 @@ class Chains:
 def build_chains(cur: Current) -> Chains:
     st, pin, f = cur.spec.setting, cur.pinned, cur.facts
     mbs = (st.mbs,) if "mbs" in pin else tuple(d for d in range(st.mbs, 0, -1) if st.mbs % d == 0)
-    rec = (st.recompute,) if "recompute" in pin else tuple(recompute_chain(st.recompute, f, cur.ctx.moe))
+    lay = cur.spec.layout
+    chunk = f.num_layers // max(1, lay.pp * (lay.vpp or 1))
+    rec = (st.recompute,) if "recompute" in pin else tuple(recompute_chain(st.recompute, f, cur.ctx.moe, chunk))
     n = f.num_layers
     off = [st.act_offload]
     if "cpu_offload" not in pin and n >= 2:
@@ -526,12 +534,14 @@ class Planner:
             kept.append(a)
         kept = kept[: max(1, self.options.top)]
         cands: list[PlanCandidate] = []
+        base_rel = relative_terms(self.base_terms, self.base_terms)
         for rank, a in enumerate(kept, 1):
             rel = relative_terms(a.terms, self.base_terms)
             cands.append(PlanCandidate(
                 rank=rank, title=title(self.cur.spec, a.spec), spec=a.spec, changes=a.changes, estimate=a.estimate,
                 fits=True, terms=a.terms, relative_step_time=sum(rel.values()), relative_terms=rel,
                 set_args=[set_item(k, v) for k, v in a.changes.items()],
+                unmeasured=self._unmeasured(a.spec, rel, base_rel),
             ))
         if self.options.with_diff and cands:
             from mbmem_lint.plan.render import candidate_diff
@@ -555,6 +565,20 @@ class Planner:
         if self.ws is None:
             result.notes.append("world size unknown: layouts were not searched (give --world-size)")
         return result
+
+    def _unmeasured(self, spec: K.Spec, rel: dict[str, float], base_rel: dict[str, float]) -> list[str]:
+        """Uncalibrated terms the candidate changes, and those of the mechanisms it turns (CP, EP, FSDP,
+        offload) even where the model finds them hidden behind compute."""
+        a, b = self.cur.spec, spec
+        turned = {
+            "cp_comm": a.layout.cp != b.layout.cp,
+            "ep_comm": (a.layout.ep, a.layout.etp) != (b.layout.ep, b.layout.etp),
+            "fsdp": a.setting.fsdp != b.setting.fsdp,
+            "act_offload": a.setting.act_offload != b.setting.act_offload,
+            "optimizer_offload": a.setting.opt_offload != b.setting.opt_offload,
+        }
+        changed = set(unmeasured_changes(rel, base_rel)) | {k for k, v in turned.items() if v}
+        return [k for k in TERMS if k in changed]
 
     def _explain(self, blocked_example: dict[str, str]) -> str:
         st = self.stats

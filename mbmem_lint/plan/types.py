@@ -55,6 +55,7 @@ class PlanCandidate:
     relative_step_time: float
     relative_terms: dict[str, float]
     set_args: list[str]
+    unmeasured: list[str] = field(default_factory=list)  # changed terms no measurement calibrates
     diff: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +76,7 @@ class PlanCandidate:
                 "step_time_s": round(self.terms.total, 4),
                 "microbatches": self.terms.microbatches,
                 "slowest_stage": self.terms.slowest_stage,
+                "unmeasured_terms": list(self.unmeasured),
             },
             "diff": self.diff,
         }
