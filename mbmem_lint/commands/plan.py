@@ -26,7 +26,7 @@ from mbmem_lint.commands.common import (
               help="Knobs the plan must not change (repeatable, comma-separated): tp, sp, pp, vpp, uneven, cp, ep, "
                    "etp, mbs, recompute, distributed_optimizer, fsdp, cpu_offload, optimizer_offload, "
                    "expandable_segments, regather, or a config path they write.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Candidates to show.")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Candidates to show.")
 @format_option(("text", "json", "markdown"), "text", "Output format.")
 @click.option("--diff/--no-diff", "with_diff", default=True, show_default=True,
               help="Show each candidate's change as a display-only diff of the recipe.")

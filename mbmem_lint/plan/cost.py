@@ -295,8 +295,12 @@ class CostModel:
             if k.mlp == "moe":
                 tok = tokens / cp / (tp if lay.sp else 1)
                 if lay.ep > 1:
-                    a2a = 4.0 * tok * sh.topk * sh.hidden * BF16 * (lay.ep - 1) / lay.ep
-                    epc = cal.ep_exposure * a2a / hw.group_bps(lay.etp * lay.ep)
+                    # Dispatch and combine, forward and backward: each token's top-k copies go to the other EP
+                    # ranks; those in this NVLink domain over NVLink, the rest over the network, at once.
+                    sent = 4.0 * tok * sh.topk * sh.hidden * BF16 / lay.ep
+                    local = max(1, min(lay.ep, hw.nvlink_domain // lay.etp))
+                    epc = cal.ep_exposure * max(sent * (local - 1) / hw.nvlink_bps,
+                                                sent * (lay.ep - local) / hw.network_bps)
                     if self.flags.overlap_ep:
                         epc = max(0.0, epc - tm * tokens * c.mlp_lin / p_lin / shard)
                     if "moe" in mods:

@@ -45,7 +45,16 @@ def _rejected_by_bridge() -> frozenset[str]:
     return frozenset(r.code for r in all_rules() if any(s.behaviour in STOPS_THE_RUN for s in r.sources))
 
 
+def _cost_only() -> frozenset[str]:
+    """Rules that only say a config is slower than it could be (their behaviour is ``cost``): the plan models
+    cost itself, so a candidate is not rejected for them (a userbuffers preset tuned for another TP, say)."""
+    from mbmem_lint.check.registry import all_rules
+
+    return frozenset(r.code for r in all_rules() if r.sources and all(s.behaviour == "cost" for s in r.sources))
+
+
 REJECTED_BY_BRIDGE = _rejected_by_bridge()
+COST_ONLY = _cost_only()
 SPLIT_KEYS = (K.VPP, K.FIRST, K.LAST)
 MODULE_ORDER = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "shared_experts", "moe")
 MAX_TP = 8  # TP beyond one 8-GPU NVLink board is not searched unless the recipe already uses it
@@ -204,11 +213,13 @@ def _vpp_options(cur: Current, pp: int, first: int | None, last: int | None) -> 
     else:
         mids = pp - (first is not None) - (last is not None)
         per_stage = (f.num_layers - (first or 0) - (last or 0)) // max(1, mids)
-    opts: list[int | None] = [None]
-    opts += [v for v in _divisors(per_stage) if v >= 2 and per_stage // v >= 2][:6]
+    # The bubble shrinks with VPP and the send/recv passes grow with it; memory hardly moves. The plan tries
+    # no VPP, the current one, and the smallest and largest that leave at least two layers per chunk.
+    valid = [v for v in _divisors(per_stage) if v >= 2 and per_stage // v >= 2]
+    opts: list[int | None] = [None, *valid[:1], *valid[-1:]]
     if base.vpp and base.vpp not in opts:
         opts.append(base.vpp)
-    return opts
+    return list(dict.fromkeys(opts))
 
 
 def _expert_options(cur: Current, tp: int, pp: int) -> list[tuple[int, int]]:
@@ -330,6 +341,18 @@ class Planner:
         hit = self._far[key] = tuple(furthest(j) for j in range(len(zero)))
         return hit
 
+    def _corner_ok(self, li: int, layout: K.Layout, chains: Chains, checked: dict[int, bool]) -> bool:
+        hit = checked.get(li)
+        if hit is None:
+            peak = self._corner_peak(layout, chains)
+            hit = checked[li] = peak <= self.budget
+            st = self.stats
+            if st.best_corner_bytes is None or peak < st.best_corner_bytes:
+                st.best_corner_bytes, st.best_corner = peak, layout.label()
+            if not hit:
+                st.layouts_pruned += 1
+        return hit
+
     def _whatif_stages(self, layout: K.Layout, chains: Chains, idx: tuple[int, ...]) -> list[int] | None:
         """Per-stage peaks of a node by the what-if estimate (no re-resolve), memoised."""
         key = (layout, idx)
@@ -385,7 +408,10 @@ class Planner:
         change caused it: a silent rewrite, a setting without effect)."""
         out = []
         for d in run_checks([recipe], [], self.rule_settings, self.session.sources):
-            if d.severity == "error" and d.code in REJECTED_BY_BRIDGE or d.severity in ("error", "warning") and (d.code, d.message) not in self.base_findings:
+            rejected = d.severity == "error" and d.code in REJECTED_BY_BRIDGE
+            caused = (d.severity in ("error", "warning") and d.code not in COST_ONLY
+                      and (d.code, d.message) not in self.base_findings)
+            if rejected or caused:
                 out.append(d.code)
         return out
 
@@ -466,15 +492,8 @@ class Planner:
                 if not base_fits:
                     expand(li, idx)
                 continue
-            if li not in corner_checked:
-                peak = self._corner_peak(layout, chains)
-                ok = peak <= self.budget
-                corner_checked[li] = ok
-                if stats.best_corner_bytes is None or peak < stats.best_corner_bytes:
-                    stats.best_corner_bytes, stats.best_corner = peak, layout.label()
-                if not ok:
-                    stats.layouts_pruned += 1
-            if not corner_checked[li]:
+            # The layout's most memory-saving corner decides whether any of its settings is worth estimating.
+            if not self._corner_ok(li, layout, chains, corner_checked):
                 continue
             spec = K.Spec(layout, chains.setting(idx))
             reason = setting_ok(cur.facts, spec) or batch_ok(cur.facts, layout, spec.setting.mbs)
@@ -516,6 +535,11 @@ class Planner:
                 blocked_example.setdefault(code, K.Layout.label(layout))
             if not fits:
                 expand(li, idx)
+        if not accepted and not stats.exhausted:
+            # Nothing fits: every layout's corner says by how much (for the explanation).
+            for li, layout in enumerate(layouts):
+                if layout != base_layout or not base_fits:
+                    self._corner_ok(li, layout, chains, corner_checked)
         stats.seconds = time.perf_counter() - t0
         return self._result(accepted, blocked_example)
 

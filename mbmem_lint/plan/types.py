@@ -19,7 +19,7 @@ class PlanOptions:
     gpu: str | None = None
     world_size: int | None = None
     keep: frozenset[str] = frozenset()
-    top: int = 10
+    top: int = 5
     set_items: tuple[str, ...] = ()
     max_evaluations: int = 400
     with_diff: bool = True
