@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/plan_calibration.py [--write]
 
-Fitted: GEMM efficiency, TP collective exposure and the per-pass pipeline overhead on the four Llama3-70B
-measurements plus the baseline's absolute step time (704 TFLOP/s/GPU), then the LoRA re-gather exposure on
-the Qwen3-8B run. ``--write`` stores the result in mbmem_lint/data/interconnect.json. Out-of-sample rows
+Fitted: GEMM efficiency, TP collective exposure and the share of a block's GEMM time its collectives hide
+under (TP overlap) on the four Llama3-70B measurements plus the baseline's absolute step time (704
+TFLOP/s/GPU), then the LoRA re-gather exposure on the Qwen3-8B run. ``--write`` stores the result in mbmem_lint/data/interconnect.json. Out-of-sample rows
 (not fitted) are printed for comparison.
 """
 
@@ -59,8 +59,7 @@ def fit() -> Calibration:
     target_step = llama_measured_step_s()
 
     def make(x: list[float]) -> Calibration:
-        return base.replace(gemm_efficiency=math.exp(x[0]), tp_exposure=math.exp(x[1]), tp_hidden=math.exp(x[2]),
-                            pass_overhead_s=0.0)
+        return base.replace(gemm_efficiency=math.exp(x[0]), tp_exposure=math.exp(x[1]), tp_hidden=math.exp(x[2]))
 
     def loss(x: list[float]) -> float:
         cal = make(x)

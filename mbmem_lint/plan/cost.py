@@ -385,7 +385,7 @@ class CostModel:
         if pp > 1:
             act = 2.0 * tokens * sh.hidden / cp / (tp if lay.sp else 1)
             bw_pp = hw.nvlink_bps if pp * span <= hw.nvlink_domain else hw.network_bps
-            out["pp_p2p"] = m * 2 * v * (act / bw_pp + cal.pass_overhead_s)
+            out["pp_p2p"] = m * 2 * v * act / bw_pp
         else:
             out["pp_p2p"] = 0.0
 

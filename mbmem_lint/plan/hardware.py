@@ -43,7 +43,6 @@ class Calibration:
     gemm_efficiency: float  # achieved fraction of the dense tensor peak
     tp_exposure: float  # TP collective time = exposure x bytes / link bandwidth
     tp_hidden: float  # with TP overlap: fraction of a block's GEMM time its collectives can hide under
-    pass_overhead_s: float  # fixed cost of one pipeline chunk pass (send/recv handshake, launch gaps)
     regather_exposure: float  # LoRA re-gather all-gathers (backward)
     ep_exposure: float
     cpu_adam_params_per_s: float
@@ -75,6 +74,6 @@ def calibration() -> Calibration:
     return Calibration(
         gemm_efficiency=float(c["gemm_efficiency"]), tp_exposure=float(c["tp_exposure"]),
         tp_hidden=float(c.get("tp_hidden", 0.0)),
-        pass_overhead_s=float(c["pass_overhead_s"]), regather_exposure=float(c["regather_exposure"]),
+        regather_exposure=float(c["regather_exposure"]),
         ep_exposure=float(c["ep_exposure"]), cpu_adam_params_per_s=float(c["cpu_adam_params_per_s"]),
     )
