@@ -46,25 +46,30 @@ def main(argv: list[str] | None = None) -> int:
             dt = time.perf_counter() - t0
             times.append(dt)
             for r in results:
-                name = f"`{Path(path).parent.name}` `{function}`"
+                short = path.split("megatron/bridge/", 1)[-1]
+                name = f"`{short}` `{function}`"
                 if isinstance(r, PlanError):
-                    rows.append(f"| {name} | – | – | – | {r.reason} |")
+                    rows.append(f"| {name} | – | – | – | – | {r.reason} |")
                     missing += 1
                     continue
                 cur = f"{r.current.peak_bytes / GIB:.1f}"
                 if r.candidates:
                     c = r.candidates[0]
                     more = "; ".join(f"{x.title} ({x.relative_step_time:.2f}x)" for x in r.candidates[1:])
-                    rows.append(f"| {name} | {r.world_size} | {cur} → {c.estimate.peak_bytes / GIB:.1f} | "
-                                f"{c.title} ({c.relative_step_time:.2f}x) | {more or '–'} |")
+                    unmeasured = ", ".join(c.unmeasured) or "–"
+                    rows.append(f"| {name} | {r.world_size} {r.gpu.name} | {cur} → {c.estimate.peak_bytes / GIB:.1f} | "
+                                f"{c.title} ({c.relative_step_time:.2f}x) | {unmeasured} | {more or '–'} |")
                 else:
-                    rows.append(f"| {name} | {r.world_size} | {cur} | none | {r.explanation} |")
+                    rows.append(f"| {name} | {r.world_size} {r.gpu.name} | {cur} | none | – | {r.explanation} |")
                     if not r.explanation:
                         missing += 1
                 print(rows[-1], f"[{dt:.2f}s]", flush=True)
-    head = ["| recipe | GPUs | peak GiB (current → best) | best candidate (step time) | next candidates, or why none |",
-            "|---|---:|---:|---|---|"]
+    head = ["| recipe | GPUs | peak GiB (current → best) | best candidate (step time) | its uncalibrated terms | "
+            "next candidates, or why none |",
+            "|---|---|---:|---|---|---|"]
     text = "\n".join(head + rows) + "\n"
+    text += (f"\n{len(times)} recipes; plan time median {statistics.median(times):.2f} s, max {max(times):.2f} s "
+             "(in-process, search only, no diff).\n")
     print(f"\nplans: {len(times)}, median {statistics.median(times):.2f} s, max {max(times):.2f} s; "
           f"without candidate or explanation: {missing}")
     if args.markdown:

@@ -133,7 +133,9 @@ def build_chains(cur: Current) -> Chains:
     state: list[tuple[bool, str | None]] = [(st.dist_opt, st.fsdp)]
     if not st.dist_opt and st.fsdp is None and "distributed_optimizer" not in pin:
         state.append((True, None))
-    if st.fsdp != "optim_grads_params" and "fsdp" not in pin and "distributed_optimizer" not in pin:
+    # Megatron-FSDP is not searched for PEFT: no Bridge recipe runs LoRA under it.
+    if st.fsdp != "optim_grads_params" and "fsdp" not in pin and "distributed_optimizer" not in pin \
+            and not cur.ctx.peft:
         state.append((True, "optim_grads_params"))
     opt = [st.opt_offload]
     if "optimizer_offload" not in pin:
