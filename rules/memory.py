@@ -54,12 +54,7 @@ def _suggestion_fix(ctx: RuleContext, s: Any) -> Any:
 
         out: list[Edit] = []
         for path, value in s.setting.items():
-            if path.startswith("env_vars.PYTORCH_CUDA_ALLOC_CONF"):
-                out.extend(edits.extend_alloc_conf(ctx.r, str(value), ctx.sources))
-            elif path.startswith("env_vars."):
-                out.extend(edits.set_dict_key(ctx.r, "env_vars", path.split(".", 1)[1], edits.py_literal(value), ctx.sources))
-            else:
-                out.extend(edits.set_field(ctx.r, path, edits.py_literal(value), ctx.sources))
+            out.extend(edits.set_setting(ctx.r, path, value, ctx.sources))
         return out
 
     return ctx.fix(f"{s.title} (saves {s.saving_bytes / GIB:.1f} GiB per rank)", "display-only", build, int(s.saving_bytes))

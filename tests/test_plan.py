@@ -35,7 +35,7 @@ def plan(path: str, **kw: Any) -> PlanResult:
 
 @pytest.fixture(scope="module")
 def llama70() -> PlanResult:
-    return plan(LLAMA70)
+    return plan(LLAMA70, top=10)
 
 
 @pytest.fixture(scope="module")

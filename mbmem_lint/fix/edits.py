@@ -21,11 +21,13 @@ import libcst as cst
 from mbmem_lint.alloc_conf import merge_alloc_conf
 from mbmem_lint.diagnostics import Edit, Location
 from mbmem_lint.fix._text import LineTable, PyIndex, Span, indentation, newline_of, py_index
+from mbmem_lint.literals import py_literal, yaml_literal
 from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Write, is_known
 from mbmem_lint.sources import SourceFile, Sources
 
 __all__ = [
+    "set_setting",
     "py_literal",
     "yaml_literal",
     "merge_alloc_conf",
@@ -41,57 +43,6 @@ __all__ = [
     "yaml_remove_entry",
     "yaml_add_entry",
 ]
-
-
-# --------------------------------------------------------------------------- value rendering
-
-
-def py_literal(value: Any) -> str:
-    """Python source for a plain value (``True``, ``8``, ``"expandable_segments:True"``, ``None``)."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        inner = ", ".join(py_literal(v) for v in value)
-        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"no Python literal for {value!r}")
-
-
-_YAML_PLAIN_UNSAFE = set(":#{}[],&*!|>'\"%@`")
-
-
-def yaml_literal(value: Any) -> str:
-    """YAML source for a plain scalar/list value (``true``, ``8``, ``null``, quoted strings when needed)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        lowered = value.lower()
-        needs_quotes = (
-            value == ""
-            or value != value.strip()
-            or any(c in _YAML_PLAIN_UNSAFE for c in value)
-            or lowered in {"true", "false", "yes", "no", "on", "off", "null", "~"}
-            or _looks_numeric(value)
-        )
-        return json.dumps(value) if needs_quotes else value
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(yaml_literal(v) for v in value) + "]"
-    raise TypeError(f"no YAML literal for {value!r}")
-
-
-def _looks_numeric(s: str) -> bool:
-    try:
-        float(s.replace("_", ""))
-    except ValueError:
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------- common helpers
@@ -483,6 +434,21 @@ def extend_alloc_conf(
     if current is not None and merged == current:
         return []
     return set_dict_key(recipe, dict_path, var, json.dumps(merged), sources)
+
+
+def set_setting(recipe: ResolvedRecipe, path: str, value: Any, sources: Sources) -> list[Edit]:
+    """Make config ``path`` end up as ``value``, whatever kind of setting it is: an allocator option is
+    merged into ``PYTORCH_CUDA_ALLOC_CONF`` (the recipe's other options kept), another ``env_vars`` key is set
+    in the dict, any other field with :func:`set_field`. ``[]`` when there is nothing to edit."""
+    if path == "env_vars.PYTORCH_CUDA_ALLOC_CONF" and isinstance(value, str):
+        out: list[Edit] = []
+        for option in (o.strip() for o in value.split(",")):
+            if option:
+                out.extend(extend_alloc_conf(recipe, option, sources))
+        return out
+    if path.startswith("env_vars."):
+        return set_dict_key(recipe, "env_vars", path.split(".", 1)[1], py_literal(value), sources)
+    return set_field(recipe, path, py_literal(value), sources)
 
 
 # --------------------------------------------------------------------------- rename / remove

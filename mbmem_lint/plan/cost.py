@@ -298,9 +298,9 @@ class CostModel:
                     # Dispatch and combine, forward and backward: each token's top-k copies go to the other EP
                     # ranks; those in this NVLink domain over NVLink, the rest over the network, at once.
                     sent = 4.0 * tok * sh.topk * sh.hidden * BF16 / lay.ep
-                    local = max(1, min(lay.ep, hw.nvlink_domain // lay.etp))
-                    epc = cal.ep_exposure * max(sent * (local - 1) / hw.nvlink_bps,
-                                                sent * (lay.ep - local) / hw.network_bps)
+                    near = max(1, min(lay.ep, hw.nvlink_domain // lay.etp))  # EP ranks in this NVLink domain
+                    epc = cal.ep_exposure * max(sent * (near - 1) / hw.nvlink_bps,
+                                                sent * (lay.ep - near) / hw.network_bps)
                     if self.flags.overlap_ep:
                         epc = max(0.0, epc - tm * tokens * c.mlp_lin / p_lin / shard)
                     if "moe" in mods:

@@ -6,7 +6,6 @@ from typing import Any
 
 from mbmem_lint.diagnostics import Edit
 from mbmem_lint.plan.cost import TERMS
-from mbmem_lint.plan.knobs import ALLOC_CONF
 from mbmem_lint.plan.types import PlanResult
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.sources import SourceFile
@@ -32,12 +31,7 @@ def candidate_diff(recipe: ResolvedRecipe, changes: dict[str, Any], sources: dic
     by_file: dict[str, list[Edit]] = {}
     missing: list[str] = []
     for path, value in changes.items():
-        if path == ALLOC_CONF:
-            found = E.extend_alloc_conf(recipe, "expandable_segments:True", sources)
-        elif path.startswith("env_vars."):
-            found = E.set_dict_key(recipe, "env_vars", path.split(".", 1)[1], E.py_literal(value), sources)
-        else:
-            found = E.set_field(recipe, path, E.py_literal(value), sources)
+        found = E.set_setting(recipe, path, value, sources)
         if not found:
             missing.append(path)
         for e in found:

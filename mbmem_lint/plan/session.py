@@ -35,20 +35,18 @@ _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./:+-]*")
 
 
 def set_value(value: Any) -> str:
-    """The ``--set`` source of one value (the inverse of the dotlist parser for plain values)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(set_value(v) for v in value) + "]"
+    """The ``--set`` source of one value (the inverse of the dotlist parser for plain values): scalars as
+    YAML writes them, flow lists without spaces (one shell word), strings plain when they read back as
+    themselves, else single-quoted with backslash escapes."""
     if isinstance(value, str):
         if _PLAIN.fullmatch(value) and _round_trips(value):
             return value
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    raise TypeError(f"no --set form for {value!r}")
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(set_value(v) for v in value) + "]"
+    from mbmem_lint.literals import yaml_literal
+
+    return yaml_literal(value)
 
 
 def _round_trips(value: str) -> bool:
