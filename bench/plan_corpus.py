@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[str] = []
     times: list[float] = []
     missing = 0
+    new_errors = 0
+    inherited: dict[str, int] = {}
     with corpus_cwd(corpus) as rel:
         run = resolve_paths(rel, Settings(), ResolveOptions())
         targets = sorted({(r.path, r.function) for r in run.recipes if _mbm701(r)})
@@ -55,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
                 cur = f"{r.current.peak_bytes / GIB:.1f}"
                 if r.candidates:
                     c = r.candidates[0]
+                    new, kept = _recheck(path, function, c.set_args)
+                    new_errors += len(new)
+                    for code in kept:
+                        inherited[code] = inherited.get(code, 0) + 1
+                    if new:
+                        print(f"NEW ERRORS with the best candidate of {path}::{function}: {new}")
                     more = "; ".join(f"{x.title} ({x.relative_step_time:.2f}x)" for x in r.candidates[1:])
                     unmeasured = ", ".join(c.unmeasured) or "–"
                     rows.append(f"| {name} | {r.world_size} {r.gpu.name} | {cur} → {c.estimate.peak_bytes / GIB:.1f} | "
@@ -72,9 +80,28 @@ def main(argv: list[str] | None = None) -> int:
              "(in-process, search only, no diff).\n")
     print(f"\nplans: {len(times)}, median {statistics.median(times):.2f} s, max {max(times):.2f} s; "
           f"without candidate or explanation: {missing}")
+    print(f"best candidates re-checked with `check FILE::FUNCTION --set ...`: new errors {new_errors}; errors "
+          f"the recipe already had (no-effect rules, kept): {inherited or 'none'}")
+    text += (f"Each best candidate re-checked (`check FILE::FUNCTION --set ...`): {new_errors} new errors; "
+             f"errors the recipes already had and keep: {inherited or 'none'}.\n")
     if args.markdown:
         Path(args.markdown).write_text(text, encoding="utf-8")
     return 1 if missing else 0
+
+
+def _recheck(path: str, function: str, set_args: list[str]) -> tuple[list[str], list[str]]:
+    """Errors of ``check FILE::FUNCTION --set ...`` with a candidate's items: those the recipe does not have
+    without them (must be none), and the codes of those it already had."""
+    from mbmem_lint.parse.yaml_overrides import parse_dotlist
+    from mbmem_lint.pipeline import run_check
+
+    def errors(items: list[str]) -> set[tuple[str, str]]:
+        opts = ResolveOptions(function=function, set_overrides=parse_dotlist(items) if items else None)
+        diags = run_check([path], Settings(), opts, need_edits=False).diagnostics
+        return {(d.code, d.message) for d in diags if d.severity == "error"}
+
+    before, after = errors([]), errors(set_args)
+    return sorted(f"{c}: {m}" for c, m in after - before), sorted(c for c, _ in after & before)
 
 
 def _mbm701(recipe: ResolvedRecipe) -> bool:
