@@ -25,16 +25,6 @@ class PlanOptions:
     with_diff: bool = True
 
 
-def allocated_peak_bytes(est: Estimate) -> int:
-    """Peak of what PyTorch's allocator would report (state, activations, workspaces; no CUDA context, NCCL or
-    fragmentation reserve), over the stages. The one place the plan derives it: the estimate will carry
-    ``allocated_peak_bytes`` itself (issue 16); until then it is the largest stage's allocated bytes."""
-    value = getattr(est, "allocated_peak_bytes", None)
-    if isinstance(value, int):
-        return value
-    return max(s.allocated_bytes for s in est.stages)
-
-
 def stages_json(est: Estimate) -> list[dict[str, Any]]:
     return [{"pp_rank": s.pp_rank, "layers": s.layers, "total_bytes": s.total_bytes,
              "allocated_bytes": s.allocated_bytes} for s in est.stages]
@@ -65,7 +55,7 @@ class PlanCandidate:
             "changes": dict(self.changes),
             "set_args": list(self.set_args),
             "peak_bytes": self.estimate.peak_bytes,
-            "allocated_peak_bytes": allocated_peak_bytes(self.estimate),
+            "allocated_peak_bytes": self.estimate.allocated_peak_bytes,
             "peak_stage": self.estimate.peak_stage,
             "fits": self.fits,
             "parallelism": dict(self.estimate.parallelism),
@@ -141,7 +131,7 @@ class PlanResult:
             "budget_bytes": self.budget_bytes,
             "current": {
                 "peak_bytes": self.current.peak_bytes,
-                "allocated_peak_bytes": allocated_peak_bytes(self.current),
+                "allocated_peak_bytes": self.current.allocated_peak_bytes,
                 "fits": self.current_fits,
                 "parallelism": dict(self.current.parallelism),
                 "stages": stages_json(self.current),
