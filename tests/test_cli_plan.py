@@ -94,3 +94,25 @@ def test_user_set_is_the_current_recipe() -> None:
 def test_check_file_function_needs_a_single_path() -> None:
     res = run_cli(["check", f"{LLAMA70}::{FUNC70}", LLAMA8])
     assert res.exit_code == 2 and "FILE::FUNCTION checks one recipe" in res.stderr
+
+
+def test_yaml_override_with_recipe(tmp_path: Path) -> None:
+    """A YAML override file paired with --recipe is planned like estimate does: the override is the starting
+    point, and a candidate's diff edits the YAML value it changes."""
+    yaml = tmp_path / "mbs.yaml"
+    yaml.write_text("train:\n  micro_batch_size: 2\n")
+    ref = f"{LLAMA8}::llama3_8b_pretrain_2gpu_h100_bf16_config"
+    res = run_cli(["plan", str(yaml), "--recipe", ref, "--format", "json", "--top", "10"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["recipe"].endswith("::llama3_8b_pretrain_2gpu_h100_bf16_config")
+    smaller = [c for c in data["candidates"] if c["changes"].get("train.micro_batch_size") == 1]
+    assert smaller and "-  micro_batch_size: 2" in smaller[0]["diff"] and "+  micro_batch_size: 1" in smaller[0]["diff"]
+
+
+def test_parse_error_is_reported(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.py"
+    bad.write_text("def f(:\n")
+    res = run_cli(["plan", str(bad)])
+    assert res.exit_code == 2
+    assert "MBM002" in res.stderr and "no recipe function found" in res.stderr

@@ -17,6 +17,10 @@ from mbmem_lint.commands.common import (
     target_options,
 )
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]},
                short_help="Rank the ways to make a recipe fit (layouts and memory knobs) by modelled cost.")
@@ -55,11 +59,14 @@ def plan(path: str, gpu: str | None, world_size: int | None, recipe: str | None,
         fail(str(exc))
     options = PlanOptions(gpu=gpu, world_size=world_size, keep=pinned, top=top, set_items=set_items,
                           with_diff=with_diff)
+    problems: list[Any] = []
     try:
-        results = plan_path(file_part, settings, options, function=function, recipe_ref=recipe)
+        results = plan_path(file_part, settings, options, function=function, recipe_ref=recipe, diagnostics=problems)
     except MissingPathError as exc:
         fail(f"{exc}: no such file or directory")
     if not results:
+        for d in problems:
+            echo(f"{d.location.path}:{d.location.line}: {d.code} {d.message}", err=True)
         fail(f"no recipe function found in {path}")
     status = EXIT_CLEAN
     plans = []

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from mbmem_lint.plan.types import PlanCandidate, PlanOptions, PlanResult
 
 if TYPE_CHECKING:
+    from mbmem_lint.diagnostics import Diagnostic
     from mbmem_lint.plan.session import RecipeKey, RecipeSession
     from mbmem_lint.resolve.resolved import ResolvedRecipe
     from mbmem_lint.settings import Settings
@@ -46,15 +47,19 @@ def plan_recipe(recipe: ResolvedRecipe, settings: Settings, options: PlanOptions
 
 
 def plan_path(path: str, settings: Settings, options: PlanOptions, *, function: str | None = None,
-              recipe_ref: str | None = None) -> list[PlanResult | PlanError]:
+              recipe_ref: str | None = None, diagnostics: list[Diagnostic] | None = None) -> list[PlanResult | PlanError]:
     """Plan every recipe of ``path`` (a recipe file, or YAML override files with ``recipe_ref``), or only
-    ``function``. Raises :class:`~mbmem_lint.discover.files.MissingPathError` for a missing path."""
+    ``function``; the files' own problems (parse errors, unpaired overrides) go to ``diagnostics``. Raises
+    :class:`~mbmem_lint.discover.files.MissingPathError` for a missing path."""
     from mbmem_lint.plan.session import RecipeKey, RecipeSession
 
     session = RecipeSession([path], settings, gpu=options.gpu, world_size=options.world_size, function=function,
                             recipe_ref=recipe_ref)
     out: list[PlanResult | PlanError] = []
-    for r in session.resolve_all(options.set_items):
+    recipes = session.resolve_all(options.set_items)
+    if diagnostics is not None:
+        diagnostics.extend(session.diagnostics)
+    for r in recipes:
         out.append(_plan_or_error(session, RecipeKey.of(r), settings, options, f"{r.path}::{r.function}"))
     return out
 
