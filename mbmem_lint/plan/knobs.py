@@ -265,3 +265,35 @@ def changes(spec: Spec, base: Spec, ctx: Context, old: dict[str, Any] | None = N
             continue
         out[path] = value
     return out
+
+
+def title(base: Spec, spec: Spec) -> str:
+    """What a candidate changes, in words (``PP 4->8, expandable segments``)."""
+    a, b = base.layout, spec.layout
+    out: list[str] = []
+    for name, x, y in (("TP", a.tp, b.tp), ("PP", a.pp, b.pp), ("VPP", a.vpp, b.vpp), ("CP", a.cp, b.cp),
+                       ("EP", a.ep, b.ep), ("ETP", a.etp, b.etp)):
+        if x != y:
+            out.append(f"{name} {x or '-'}->{y or '-'}")
+    if a.sp != b.sp:
+        out.append("SP " + ("on" if b.sp else "off"))
+    if (a.first, a.last) != (b.first, b.last):
+        out.append(f"first/last stage layers {b.first or '-'}/{b.last or '-'}")
+    s0, s1 = base.setting, spec.setting
+    if s0.mbs != s1.mbs:
+        out.append(f"MBS {s0.mbs}->{s1.mbs}")
+    if s0.recompute != s1.recompute:
+        out.append(f"recompute {s1.recompute.label()}")
+    if s0.act_offload != s1.act_offload:
+        out.append(f"CPU activation offload {s1.act_offload} layers")
+    if s1.fsdp is not None and s0.fsdp != s1.fsdp:
+        out.append(f"Megatron-FSDP {s1.fsdp}")
+    elif s0.dist_opt != s1.dist_opt:
+        out.append("distributed optimizer")
+    if s0.opt_offload != s1.opt_offload:
+        out.append(f"optimizer CPU offload {s1.opt_offload:.0%}")
+    if s0.es != s1.es:
+        out.append("expandable segments")
+    if s0.regather != s1.regather:
+        out.append("LoRA input re-gather")
+    return ", ".join(out) or "no change"
