@@ -15,9 +15,11 @@ live in ``data/interconnect.json`` with the fit (``bench/plan_calibration.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mbmem_lint.estimate.inputs import Inputs
+from mbmem_lint.estimate.pipeline import stage_layer_counts
 from mbmem_lint.plan.hardware import Calibration, Hardware
 from mbmem_lint.plan.knobs import Spec
 from mbmem_lint.records import dataclass, field
@@ -153,24 +155,6 @@ def _kind_cost(inp: Inputs, k: Kind) -> KindCost:
     return c
 
 
-def stage_layers(n: int, pp: int, first: int | None, last: int | None) -> list[int]:
-    """Layers per pipeline stage (even split, or uneven first/last stages)."""
-    if pp <= 1:
-        return [n]
-    if first is None and last is None:
-        base, rem = divmod(n, pp)
-        return [base + (1 if i < rem else 0) for i in range(pp)]
-    fl, ll = first or 0, last or 0
-    mids = pp - (first is not None) - (last is not None)
-    mid = (n - fl - ll) // mids if mids else 0
-    out = [mid] * pp
-    if first is not None:
-        out[0] = fl
-    if last is not None:
-        out[-1] = ll
-    return out
-
-
 ActBytes = Callable[[Spec], list[float]]
 
 
@@ -212,7 +196,9 @@ class CostModel:
         return hit
 
     def _split(self, pp: int, first: int | None, last: int | None) -> list[dict[Kind, int]]:
-        counts = stage_layers(len(self.kinds), pp, first, last)
+        # The estimator's own split (uneven stages, account_for_* layers), on this spec's pipeline.
+        par = replace(self.inp.par, pp=pp, first_stage_layers=first, last_stage_layers=last)
+        counts = stage_layer_counts(len(self.kinds), par, [])
         out: list[dict[Kind, int]] = []
         i = 0
         for n in counts:
