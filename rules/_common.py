@@ -59,24 +59,40 @@ def closest(name: str, candidates: list[str] | tuple[str, ...] | set[str], n: in
 # -- fix builders (call the colleague's primitives lazily; every fix is optional) -----------------
 
 
+def _placed(ctx: RuleContext, paths: list[str], description: str, applicability: Any) -> tuple[Any, str, Any]:
+    """Where each path is set (:mod:`mbmem_lint.fix.placement`), and the description and applicability
+    that say it: a fix that edits a helper other recipes also run changes their runs too (never safe)."""
+    from mbmem_lint.fix.placement import place
+
+    placements = [place(ctx.r, p, ctx.sources) for p in paths]
+    notes = list(dict.fromkeys(pl.note() for pl in placements if pl.note()))
+    if any(pl.changes_other_recipes for pl in placements) and applicability == "safe":
+        applicability = "unsafe"
+    return placements, description + "".join(notes), applicability
+
+
 def fix_set(ctx: RuleContext, path: str, value_src: str, description: str, applicability: Any = "safe",
             saving_bytes: int | None = None) -> Fix | None:
+    (placement,), description, applicability = _placed(ctx, [path], description, applicability)
+
     def build() -> list[Edit]:
         from mbmem_lint.fix import edits
 
-        return list(edits.set_field(ctx.r, path, value_src, ctx.sources))
+        return list(edits.set_field(ctx.r, path, value_src, ctx.sources, placement))
 
     return ctx.fix(description, applicability, build, saving_bytes)
 
 
 def fix_set_many(ctx: RuleContext, items: list[tuple[str, str]], description: str,
                  applicability: Any = "safe") -> Fix | None:
+    placements, description, applicability = _placed(ctx, [p for p, _ in items], description, applicability)
+
     def build() -> list[Edit]:
         from mbmem_lint.fix import edits
 
         out: list[Edit] = []
-        for path, src in items:
-            out.extend(edits.set_field(ctx.r, path, src, ctx.sources))
+        for (path, src), placement in zip(items, placements):
+            out.extend(edits.set_field(ctx.r, path, src, ctx.sources, placement))
         return out
 
     return ctx.fix(description, applicability, build)
@@ -84,12 +100,16 @@ def fix_set_many(ctx: RuleContext, items: list[tuple[str, str]], description: st
 
 def fix_env(ctx: RuleContext, key: str, value_src: str, description: str, applicability: Any = "safe",
             extra: list[tuple[str, str]] | None = None) -> Fix | None:
+    keys = [(key, value_src), *(extra or [])]
+    placements, description, applicability = _placed(ctx, [f"env_vars.{k}" for k, _ in keys], description,
+                                                      applicability)
+
     def build() -> list[Edit]:
         from mbmem_lint.fix import edits
 
-        out = list(edits.set_dict_key(ctx.r, "env_vars", key, value_src, ctx.sources))
-        for k, v in extra or []:
-            out.extend(edits.set_dict_key(ctx.r, "env_vars", k, v, ctx.sources))
+        out: list[Edit] = []
+        for (k, v), placement in zip(keys, placements):
+            out.extend(edits.set_dict_key(ctx.r, "env_vars", k, v, ctx.sources, placement))
         return out
 
     return ctx.fix(description, applicability, build)
@@ -111,15 +131,15 @@ def add_import_edits(ctx: RuleContext, module: str, name: str) -> list[Edit] | N
     something else at module level (the fix must not shadow it) or cannot be parsed."""
     import ast
 
-    from mbmem_lint.fix._text import LineTable, newline_of
+    from mbmem_lint.fix._text import line_table, newline_of, py_index
 
     src = ctx.sources.get(ctx.r.path)
     if src is None or src.kind != "python":
         return None
-    try:
-        tree = ast.parse(src.text)
-    except SyntaxError:
+    idx = py_index(src.text)
+    if idx is None:
         return None
+    tree = idx.tree
     last_import: ast.stmt | None = None
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
@@ -131,7 +151,7 @@ def add_import_edits(ctx: RuleContext, module: str, name: str) -> list[Edit] | N
             return None
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             last_import = node
-    lines = LineTable(src.text)
+    lines = line_table(src.text)
     nl = newline_of(src.text)
     if last_import is not None and last_import.end_lineno is not None:
         off = lines.line_end(last_import.end_lineno)

@@ -67,7 +67,7 @@ def test_set_field_library_origin_inserts_in_user_function() -> None:
     assert out.endswith('\n    cfg.model.recompute_granularity = "selective"\n    return cfg\n')
 
 
-def test_set_field_chained_target_is_not_edited_in_place() -> None:
+def test_set_field_chained_target_is_split_out_of_the_chain() -> None:
     code = """
     def f():
         cfg = base()
@@ -75,22 +75,75 @@ def test_set_field_chained_target_is_not_edited_in_place() -> None:
         return cfg
     """
     out = _run(code, "set_field", "model.use_te_rng_tracker", "False")
-    assert (
-        "= cfg.model.use_te_rng_tracker = True\n    cfg.model.use_te_rng_tracker = False\n    return" in out
-    )
+    assert out == textwrap.dedent("""
+    def f():
+        cfg = base()
+        cfg.rng.te_rng_tracker = True
+        cfg.model.use_te_rng_tracker = False
+        return cfg
+    """).lstrip("\n")
+    out = _run(code, "set_field", "rng.te_rng_tracker", "False")
+    assert "    cfg.model.use_te_rng_tracker = True\n    cfg.rng.te_rng_tracker = False\n    return cfg" in out
 
 
-def test_set_field_in_shared_helper_is_not_edited() -> None:
+HELPER_CODE = """
+def _common(cfg):
+    cfg.train.micro_batch_size = 2
+
+
+def f():
+    cfg = base()
+    _common(cfg)
+    return cfg
+
+
+def g():
+    cfg = base()
+    _common(cfg)
+    return cfg
+"""
+
+
+def _helper_recipe(code: str) -> tuple[str, Sources, object]:
+    text, sources = _setup(code)
+    r = recipe_from_source(P, text, "f")
+    loc = Location(P, 2, 34, 2, 35)  # the helper's ``2``, as the resolver records it
+    stmt = Location(P, 2, 5, 2, 35)
+    r.writes.append(Write("train.micro_batch_size", 2, "recipe", loc, loc, True, None,
+                          "cfg.train.micro_batch_size", stmt, "_common"))
+    return text, sources, r
+
+
+def test_set_field_in_a_helper_edits_it_and_names_the_other_recipes() -> None:
+    from mbmem_lint.fix.placement import place
+
+    text, sources, r = _helper_recipe(HELPER_CODE)
+    p = place(r, "train.micro_batch_size", sources)  # type: ignore[arg-type]
+    assert (p.how, p.helper, p.also) == ("edit", "_common", ("g",))
+    assert p.note() == (" in _common() (recipes/r.py:2); this also changes g, which call it too")
+    out = apply_edits(text, E.set_field(r, "train.micro_batch_size", "1", sources))  # type: ignore[arg-type]
+    assert out == text.replace("micro_batch_size = 2", "micro_batch_size = 1")
+    # Only f calls it: the same edit, said to be this recipe's alone.
+    text2, sources2, r2 = _helper_recipe(HELPER_CODE.split("\n\n\ndef g")[0] + "\n")
+    p2 = place(r2, "train.micro_batch_size", sources2)  # type: ignore[arg-type]
+    assert p2.also == () and p2.note() == " in _common() (recipes/r.py:2), which only this recipe calls"
+
+
+def test_set_field_append_says_where_the_value_comes_from() -> None:
+    from mbmem_lint.fix.placement import place
+
     text, sources = _setup("""
     def f():
         cfg = base()
         return cfg
     """)
-    r = recipe_from_source(P, text)
-    loc = Location(P, 2, 11, 2, 17)  # pretend the write sits in a helper of the user's repo
-    r.writes.append(Write("train.micro_batch_size", 2, "recipe", loc, loc, True, None, None, None, "_helper"))
-    out = apply_edits(text, E.set_field(r, "train.micro_batch_size", "1", sources))
-    assert out == text.replace("    return cfg", "    cfg.train.micro_batch_size = 1\n    return cfg")
+    r = recipe_from_source(P, text, library={"ddp.use_distributed_optimizer": False})
+    p = place(r, "ddp.use_distributed_optimizer", sources)
+    assert p.how == "append"
+    assert p.note() == ("; added before `return`: the value comes from Megatron Bridge "
+                        "(megatron/bridge/recipes/common.py:1)")
+    assert place(r, "ddp.overlap_grad_reduce", sources).note() == (
+        "; added before `return`: the value comes from the field's default")
 
 
 def test_set_field_without_return_or_config_var_gives_no_fix() -> None:

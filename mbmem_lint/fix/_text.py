@@ -74,6 +74,20 @@ class LineTable:
         return self.line_start(line) + len(raw.decode("utf-8", errors="ignore"))
 
 
+_CACHE_MAX = 32  # files whose line table / index is kept
+_LINES: dict[str, LineTable] = {}
+
+
+def line_table(text: str) -> LineTable:
+    """The :class:`LineTable` of a file's text, built once (fixes of one file share it)."""
+    table = _LINES.get(text)
+    if table is None:
+        if len(_LINES) >= _CACHE_MAX:
+            _LINES.pop(next(iter(_LINES)))
+        table = _LINES[text] = LineTable(text)
+    return table
+
+
 def newline_of(text: str) -> str:
     return "\r\n" if "\r\n" in text else "\n"
 
@@ -91,74 +105,151 @@ class Span:
 
 
 class _Region:
-    """libcst nodes of one top-level region (a ``def``/``class`` with its decorators, or a run of
-    module-level statements), with spans shifted to whole-file offsets."""
+    """libcst nodes of a few whole lines of a file (the statement a fix touches, with whatever shares
+    its lines), with spans shifted to whole-file offsets. Indented lines are parsed under an ``if 1:``
+    header, so they are taken exactly as they are; the header's nodes are left out."""
 
-    def __init__(self, text: str, base: int) -> None:
-        module = cst.parse_module(text)
+    def __init__(self, text: str, base: int, indented: bool) -> None:
+        prefix = "if 1:\n" if indented else ""
+        module = cst.parse_module(prefix + text)
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
-        # Parents from one walk over ``children`` (ParentNodeProvider costs ~40% of the metadata time).
+        lines = LineTable(prefix + text)
+        shift = base - len(prefix)
+        outside: set[cst.CSTNode] = {wrapper.module}
+        if indented:  # the ``if 1:`` statement, its test and its block
+            header = wrapper.module.body[0]
+            outside.update((header, header.test, header.body) if isinstance(header, cst.If) else ())
+        self.spans: dict[cst.CSTNode, Span] = {}
+        self.starts: dict[int, list[cst.CSTNode]] = {}
+        for node, rng in positions.items():
+            start = shift + lines.line_start(rng.start.line) + rng.start.column
+            if node in outside or start < base:
+                continue
+            sp = Span(start, shift + lines.line_start(rng.end.line) + rng.end.column)
+            self.spans[node] = sp
+            self.starts.setdefault(sp.start, []).append(node)
+        # Parents from one walk over ``children`` (ParentNodeProvider costs ~40% of the metadata
+        # time). The region's top statements have none: their block is outside the region
+        # (PyIndex.alone_in_block answers for it).
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         stack: list[cst.CSTNode] = [wrapper.module]
         while stack:
             node = stack.pop()
             for child in node.children:
-                self.parents[child] = node
+                if node in self.spans:
+                    self.parents[child] = node
                 stack.append(child)
-        lines = LineTable(text)
-        self.spans: dict[cst.CSTNode, Span] = {}
-        self.starts: dict[int, list[cst.CSTNode]] = {}
-        for node, rng in positions.items():
-            sp = Span(base + lines.line_start(rng.start.line) + rng.start.column,
-                      base + lines.line_start(rng.end.line) + rng.end.column)
-            self.spans[node] = sp
-            self.starts.setdefault(sp.start, []).append(node)
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    return min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+
+
+def _last_line(stmt: ast.stmt) -> int:
+    return stmt.end_lineno or stmt.lineno
+
+
+def _first_column(stmt: ast.stmt) -> int:
+    """UTF-8 byte column where the statement's first line starts (its first decorator's ``@``)."""
+    decorators = getattr(stmt, "decorator_list", [])
+    if decorators and decorators[0].lineno == _first_line(stmt):
+        return max(decorators[0].col_offset - 1, 0)
+    return stmt.col_offset
+
+
+def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists directly inside a compound statement."""
+    out: list[list[ast.stmt]] = []
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            out.append(block)
+    for clause in [*(getattr(stmt, "handlers", None) or []), *(getattr(stmt, "cases", None) or [])]:
+        out.append(clause.body)
+    return out
+
+
+def _holds(stmt: ast.stmt, line: int) -> bool:
+    return _first_line(stmt) <= line <= _last_line(stmt)
 
 
 class PyIndex:
-    """libcst view of one file with character spans for nodes, built per top-level region on
-    demand: a fix touches one recipe function, so only that function is parsed with libcst
-    (whole-file position metadata costs ~1 s on a large recipe file)."""
+    """libcst view of one file with character spans for nodes, built on demand for the few lines a
+    fix touches: the innermost statement at an offset (found with ``ast``) and the statements that
+    share its lines. Parsing each touched recipe function with position metadata instead cost
+    ~40 ms per function: on the corpus, more than the whole check."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.lines = LineTable(text)
-        tree = ast.parse(text)  # SyntaxError: no index (the caller gets None)
-        bounds: list[tuple[int, int]] = []
-        run: list[int] | None = None
-        for stmt in tree.body:
-            first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
-            last = stmt.end_lineno or stmt.lineno
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                if run is not None:
-                    bounds.append((run[0], run[1]))
-                    run = None
-                bounds.append((first, last))
-            elif run is None:
-                run = [first, last]
-            else:
-                run[1] = last
-        if run is not None:
-            bounds.append((run[0], run[1]))
-        self._bounds = bounds
-        self._regions: dict[int, _Region] = {}
+        self.lines = line_table(text)
+        self.tree = ast.parse(text)  # SyntaxError: no index (the caller gets None)
+        self._regions: dict[tuple[int, int], _Region] = {}
         self._owner: dict[cst.CSTNode, _Region] = {}
 
     # -- regions ------------------------------------------------------------------------------
+    def _chain(self, line: int) -> list[tuple[ast.stmt, list[ast.stmt]]]:
+        """The statements that contain ``line``, outermost first, each with the list holding it."""
+        chain: list[tuple[ast.stmt, list[ast.stmt]]] = []
+        body: list[ast.stmt] | None = self.tree.body
+        while body is not None:
+            hit = next((s for s in body if _holds(s, line)), None)
+            if hit is None:
+                break
+            chain.append((hit, body))
+            body = next((b for b in _bodies(hit) if any(_holds(s, line) for s in b)), None)
+        return chain
+
+    def _lines_at(self, line: int) -> tuple[int, int] | None:
+        """Whole lines around ``line`` that parse on their own: the innermost statement, widened to
+        the statements that share its lines (``a = 1; b = 2``) and to the header of a one-line
+        compound statement (``if x: a = 1``)."""
+        chain = self._chain(line)
+        if not chain:
+            return None
+        level = len(chain) - 1
+        stmt, body = chain[level]
+        first, last = _first_line(stmt), _last_line(stmt)
+        while True:
+            widened = True
+            while widened:
+                widened = False
+                for s in body:
+                    if _first_line(s) <= last and _last_line(s) >= first and (
+                            _first_line(s) < first or _last_line(s) > last):
+                        first, last, widened = min(first, _first_line(s)), max(last, _last_line(s)), True
+            lead = min((_first_column(s) for s in body if _first_line(s) == first), default=0)
+            if level == 0 or not self.lines.line_text(first).encode("utf-8")[:lead].strip():
+                return first, last
+            level -= 1  # the line starts with the header of the enclosing compound statement
+            stmt, body = chain[level]
+            first, last = min(first, _first_line(stmt)), max(last, _last_line(stmt))
+
     def _region_at(self, offset: int) -> _Region | None:
-        line = self.lines.line_of(offset)
-        for i, (first, last) in enumerate(self._bounds):
-            if first <= line <= last:
-                region = self._regions.get(i)
-                if region is None:
-                    start = self.lines.line_start(first)
-                    end = self.lines.line_end(last)
-                    region = _Region(self.text[start:end], start)
-                    self._regions[i] = region
-                    for node in region.spans:
-                        self._owner[node] = region
-                return region
+        bounds = self._lines_at(self.lines.line_of(offset))
+        if bounds is None:
+            return None
+        region = self._regions.get(bounds)
+        if region is None:
+            first, last = bounds
+            start, end = self.lines.line_start(first), self.lines.line_end(last)
+            region = _Region(self.text[start:end], start, self.text[start:start + 1] in (" ", "\t"))
+            self._regions[bounds] = region
+            for node in region.spans:
+                self._owner[node] = region
+        return region
+
+    def alone_in_block(self, node: cst.CSTNode) -> bool | None:
+        """For a statement line starting a region: True when it is the only statement of an indented
+        block (deleting it needs a ``pass``), False when it has siblings or sits at module level,
+        None when no statement starts there."""
+        start = self.span(node).start
+        line = self.lines.line_of(start)
+        column = len(self.text[self.lines.line_start(line):start].encode("utf-8"))
+        chain = self._chain(line)
+        for depth, (stmt, body) in enumerate(chain):
+            if stmt.lineno == line and stmt.col_offset == column:
+                return depth > 0 and len(body) == 1
         return None
 
     def span(self, node: cst.CSTNode) -> Span:
@@ -224,7 +315,6 @@ class PyIndex:
 
 
 _CACHE: dict[str, PyIndex] = {}
-_CACHE_MAX = 32
 
 
 def py_index(text: str) -> PyIndex | None:

@@ -13,6 +13,7 @@ YAML with ruamel round-trip positions plus exact text spans (comments, order, qu
 
 from __future__ import annotations
 
+import ast
 import json
 from typing import Any
 
@@ -20,7 +21,8 @@ import libcst as cst
 
 from mbmem_lint.alloc_conf import merge_alloc_conf
 from mbmem_lint.diagnostics import Edit, Location
-from mbmem_lint.fix._text import LineTable, PyIndex, Span, indentation, newline_of, py_index
+from mbmem_lint.fix._text import LineTable, PyIndex, Span, indentation, line_table, newline_of, py_index
+from mbmem_lint.fix.placement import Placement, place
 from mbmem_lint.literals import py_literal, yaml_literal
 from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Write, is_known
@@ -66,7 +68,7 @@ def _edit(src: SourceFile, start: int, end: int, replacement: str) -> list[Edit]
 def _loc_span(src: SourceFile, idx: PyIndex | None, loc: Location) -> Span:
     if idx is not None:
         return idx.loc_span(loc)
-    lines = LineTable(src.text)
+    lines = line_table(src.text)
     s = lines.char_offset(loc.line, loc.column)
     if loc.end_line is None or loc.end_column is None:
         return Span(s, s)
@@ -85,45 +87,39 @@ def replace_value(location: Location, new_src: str, sources: Sources) -> list[Ed
     return _edit(src, sp.start, sp.end, new_src)
 
 
-def _editable_write(recipe: ResolvedRecipe, w: Write, sources: Sources) -> bool:
-    """A write the fix may edit in place: set in a linted Python file, in the recipe function itself
-    (a shared helper in the user's repo would change every recipe that calls it)."""
-    if w.origin != "recipe" or _source(sources, w.location, "python") is None:
-        return False
-    return w.function is None or w.function == recipe.function
+def _chained_assign(idx: PyIndex, span: Span) -> ast.Assign | None:
+    """The ``a = b = value`` statement whose value is exactly ``span`` (None for any other shape)."""
+    line = idx.lines.line_of(span.start)
+    chain = idx._chain(line)
+    stmt = chain[-1][0] if chain else None
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) < 2:
+        return None
+    return stmt if _ast_span(idx, stmt.value) == (span.start, span.end) else None
 
 
-def _last_index(writes: list[Write], pred: Any) -> int | None:
-    for i in range(len(writes) - 1, -1, -1):
-        if pred(writes[i]):
-            return i
-    return None
+def _ast_span(idx: PyIndex, node: ast.expr | ast.stmt) -> tuple[int, int]:
+    lines = idx.lines
+    return (lines.byte_column_offset(node.lineno, node.col_offset + 1),
+            lines.byte_column_offset(node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1))
 
 
-def _contains(outer: Location, inner: Location) -> bool:
-    if outer.path != inner.path or outer.end_line is None or outer.end_column is None:
-        return False
-    s_ok = (inner.line, inner.column) >= (outer.line, outer.column)
-    e_in = (inner.end_line or inner.line, inner.end_column or inner.column)
-    return s_ok and e_in <= (outer.end_line, outer.end_column)
-
-
-def _current_write(recipe: ResolvedRecipe, path: str) -> tuple[Write | None, Write | None]:
-    """(last write of ``path`` still in effect, last write of an enclosing object after it)."""
-    writes = recipe.writes
-    i = _last_index(writes, lambda w: w.path == path)
-    j = _last_index(writes, lambda w: path.startswith(w.path + "."))
-    if j is not None and (i is None or j > i):
-        # A keyword argument of the constructor that built the enclosing object counts as current.
-        if i is not None and _contains(writes[j].location, writes[i].location):
-            return writes[i], None
-        return None, writes[j]
-    return (writes[i] if i is not None else None), None
-
-
-def _assign_of_value(idx: PyIndex, span: Span) -> cst.CSTNode | None:
-    node = idx.smallest(span, (cst.Assign, cst.AnnAssign, cst.Arg))
-    return node
+def _split_chain(src: SourceFile, idx: PyIndex, stmt: ast.Assign, target_text: str | None,
+                 value_src: str) -> list[Edit] | None:
+    """``a = b = v`` → ``a = v`` and a new line ``b = <value_src>`` after it (the statement set two
+    fields; only one changes). None when the written target is not one of the chain's."""
+    if not target_text:
+        return None
+    spans = [_ast_span(idx, t) for t in stmt.targets]
+    mine = next((i for i, (s, e) in enumerate(spans) if _norm(src.text[s:e]) == _norm(target_text)), None)
+    if mine is None:
+        return None
+    nxt = spans[mine + 1][0] if mine + 1 < len(spans) else _ast_span(idx, stmt.value)[0]
+    lines = idx.lines
+    end = lines.line_end(stmt.end_lineno or stmt.lineno)
+    indent = indentation(lines.line_text(stmt.lineno))
+    nl = "" if src.text[:end].endswith(("\n", "\r")) else newline_of(src.text)
+    return [Edit(src.path, spans[mine][0], nxt, ""),
+            Edit(src.path, end, end, f"{nl}{indent}{target_text} = {value_src}{newline_of(src.text)}")]
 
 
 def insert_before_return(recipe: ResolvedRecipe, statement_src: str, sources: Sources) -> list[Edit]:
@@ -133,7 +129,7 @@ def insert_before_return(recipe: ResolvedRecipe, statement_src: str, sources: So
     src = _source(sources, rl, "python")
     if rl is None or src is None:
         return []
-    lines = LineTable(src.text)
+    lines = line_table(src.text)
     ret_line = lines.line_text(rl.line)
     if not ret_line.lstrip().startswith("return"):
         return []
@@ -157,35 +153,40 @@ def _target_text(recipe: ResolvedRecipe, path: str) -> str | None:
 # --------------------------------------------------------------------------- set_field
 
 
-def set_field(recipe: ResolvedRecipe, path: str, value_src: str, sources: Sources) -> list[Edit]:
-    """Make ``path`` end up as ``value_src`` in the user's recipe.
+def set_field(recipe: ResolvedRecipe, path: str, value_src: str, sources: Sources,
+              placement: Placement | None = None) -> list[Edit]:
+    """Make ``path`` end up as ``value_src`` in the user's recipe (where: :func:`~.placement.place`).
 
-    * last write in the user's recipe function → replace that value expression (RHS / keyword value);
-    * object built by a constructor call there without that keyword → add ``name=value`` to the call;
-    * otherwise (library recipe, default, shared helper) → ``<cfg>.<path> = <value>`` before ``return``.
+    * ``edit``: replace the value of the statement that set it (``a = b = v``: split the chain);
+    * ``extend``: add ``name=value`` to the constructor call that built the enclosing object;
+    * ``override``: replace the YAML value (a ``--set`` override gets no fix);
+    * ``append`` (or a shape none of these handle): ``<cfg>.<path> = <value>`` before ``return``.
     """
-    current, enclosing = _current_write(recipe, path)
-    if current is not None and current.origin in ("yaml", "cli"):
+    p = placement or place(recipe, path, sources)
+    w = p.write
+    if p.how == "override" and w is not None:
         # An override wins over anything the recipe says: fix the override (YAML) or give up (--set).
-        ysrc = _source(sources, current.location, "yaml")
+        ysrc = _source(sources, w.location, "yaml")
         yaml_src = _python_to_yaml(value_src)
         if ysrc is None or yaml_src is None:
             return []
-        sp = _yaml_span(ysrc, current.location)
+        sp = _yaml_span(ysrc, w.location)
         return _edit(ysrc, sp.start, sp.end, yaml_src)
-    if current is not None and _editable_write(recipe, current, sources):
-        src = _source(sources, current.location, "python")
+    if p.how == "edit" and w is not None:
+        src = _source(sources, w.location, "python")
         idx = py_index(src.text) if src else None
         if src is not None and idx is not None:
-            sp = idx.loc_span(current.location)
-            stmt = _assign_of_value(idx, sp)
-            shared = isinstance(stmt, cst.Assign) and len(stmt.targets) > 1  # a = b = value
-            if not shared:
+            sp = idx.loc_span(w.location)
+            chained = _chained_assign(idx, sp)
+            if chained is None:
                 return _edit(src, sp.start, sp.end, value_src)
-    elif current is None and enclosing is not None and _editable_write(recipe, enclosing, sources):
-        rest = path[len(enclosing.path) + 1 :]
+            split = _split_chain(src, idx, chained, w.target_text, value_src)
+            if split is not None:
+                return split
+    elif p.how == "extend" and w is not None:
+        rest = path[len(w.path) + 1 :]
         if rest.isidentifier():
-            edits = add_keyword(enclosing.location, rest, value_src, sources)
+            edits = add_keyword(w.location, rest, value_src, sources)
             if edits is not None:
                 return edits
     target = _target_text(recipe, path)
@@ -337,31 +338,34 @@ def _dict_literal_edits(src: SourceFile, idx: PyIndex, d: cst.Dict, key: str, va
 
 
 def set_dict_key(
-    recipe: ResolvedRecipe, dict_path: str, key: str, value_src: str, sources: Sources
+    recipe: ResolvedRecipe, dict_path: str, key: str, value_src: str, sources: Sources,
+    placement: Placement | None = None,
 ) -> list[Edit]:
     """Add or replace ``key`` in the dict at ``dict_path`` (``env_vars``).
 
-    * a later ``cfg.env_vars["K"] = v`` (or keyword value) in the recipe → replace its value;
-    * ``cfg.env_vars = {**COMMON_..., ...}`` literal in the recipe → add/replace the entry in place
-      (quote style, layout and trailing comma kept);
+    * the statement that set the key (``cfg.env_vars["K"] = v``, a dict entry, a keyword) → its value;
+    * the dict literal that built the dict (``cfg.env_vars = {**COMMON_..., ...}``) → the entry is
+      added or replaced in place (quote style, layout and trailing comma kept);
+    * a YAML override of the key → the YAML value;
     * otherwise → ``cfg.env_vars["K"] = v`` before ``return``.
     """
-    wk, _ = _current_write(recipe, f"{dict_path}.{key}")
-    wd = None
-    i_d = _last_index(recipe.writes, lambda w: w.path == dict_path)
-    if i_d is not None:
-        wd = recipe.writes[i_d]
-    if wk is not None and _editable_write(recipe, wk, sources):
-        src = _source(sources, wk.location, "python")
+    p = placement or place(recipe, f"{dict_path}.{key}", sources)
+    w = p.write
+    if p.how == "override" and w is not None:
+        ysrc = _source(sources, w.location, "yaml")
+        yaml_src = _python_to_yaml(value_src)
+        if ysrc is None or yaml_src is None:
+            return []
+        sp = _yaml_span(ysrc, w.location)
+        return _edit(ysrc, sp.start, sp.end, yaml_src)
+    if p.how in ("edit", "extend") and w is not None:
+        src = _source(sources, w.location, "python")
         idx = py_index(src.text) if src else None
         if src is not None and idx is not None:
-            sp = idx.loc_span(wk.location)
-            return _edit(src, sp.start, sp.end, value_src)
-    if wd is not None and (wk is None or not _after(recipe, wk, wd)) and _editable_write(recipe, wd, sources):
-        src = _source(sources, wd.location, "python")
-        idx = py_index(src.text) if src else None
-        if src is not None and idx is not None:
-            d = _dict_at(idx, wd.location)
+            if p.how == "edit":
+                sp = idx.loc_span(w.location)
+                return _edit(src, sp.start, sp.end, value_src)
+            d = _dict_at(idx, w.location) if w.path == dict_path else None
             if d is not None:
                 return _dict_literal_edits(src, idx, d, key, value_src)
     if not recipe.config_var:
@@ -369,14 +373,6 @@ def set_dict_key(
     return insert_before_return(
         recipe, f"{recipe.config_var}.{dict_path}[{json.dumps(key)}] = {value_src}", sources
     )
-
-
-def _after(recipe: ResolvedRecipe, a: Write, b: Write) -> bool:
-    """True when write ``a`` comes after ``b`` in execution order."""
-    try:
-        return recipe.writes.index(a) > recipe.writes.index(b)
-    except ValueError:
-        return False
 
 
 def _string_literal_at(idx: PyIndex, loc: Location) -> cst.SimpleString | None:
@@ -396,44 +392,33 @@ def extend_alloc_conf(
     dict_path: str = "env_vars",
 ) -> list[Edit]:
     """Set allocator option ``option`` (``expandable_segments:True``) in ``env_vars[var]``, keeping
-    the other options: edits the string literal in place when the recipe wrote it, else sets the
-    key to the merged effective value."""
+    the other options: edits the string literal in place where the recipe wrote it (its own statement
+    or its entry in the dict literal), else sets the key to the merged effective value."""
     path = f"{dict_path}.{var}"
-    wk, _ = _current_write(recipe, path)
-    if wk is not None and _editable_write(recipe, wk, sources):
-        src = _source(sources, wk.location, "python")
+    p = place(recipe, path, sources)
+    w = p.write
+    if p.how in ("edit", "extend") and w is not None:
+        src = _source(sources, w.location, "python")
         idx = py_index(src.text) if src else None
-        lit = _string_literal_at(idx, wk.location) if idx else None
-        if src is not None and idx is not None and lit is not None:
+        lit: cst.SimpleString | None = None
+        if src is not None and idx is not None:
+            if p.how == "edit":
+                lit = _string_literal_at(idx, w.location)
+            elif w.path == dict_path and (d := _dict_at(idx, w.location)) is not None:
+                el = next((e for e in d.elements if _string_key(e) == var and isinstance(e, cst.DictElement)), None)
+                lit = el.value if el is not None and isinstance(el.value, cst.SimpleString) else None
+        if src is not None and idx is not None and lit is not None and "\\" not in lit.value:
             cur = lit.evaluated_value
-            if isinstance(cur, str) and "\\" not in lit.value:
-                merged = merge_alloc_conf(cur, option)
+            if isinstance(cur, str):
                 sp = idx.span(lit)
-                return _edit(src, sp.start, sp.end, f"{lit.prefix}{lit.quote}{merged}{lit.quote}")
-    # Value inside a dict literal of the recipe without its own write record.
-    i_d = _last_index(recipe.writes, lambda w: w.path == dict_path)
-    if i_d is not None and (wk is None or not _after(recipe, wk, recipe.writes[i_d])):
-        wd = recipe.writes[i_d]
-        src = _source(sources, wd.location, "python")
-        idx = py_index(src.text) if src else None
-        d = _dict_at(idx, wd.location) if (idx and _editable_write(recipe, wd, sources)) else None
-        if src is not None and idx is not None and d is not None:
-            for el in d.elements:
-                if _string_key(el) == var and isinstance(el, cst.DictElement):
-                    if isinstance(el.value, cst.SimpleString) and "\\" not in el.value.value:
-                        cur = el.value.evaluated_value
-                        if isinstance(cur, str):
-                            lit = el.value
-                            sp = idx.span(lit)
-                            merged = merge_alloc_conf(cur, option)
-                            return _edit(src, sp.start, sp.end, f"{lit.prefix}{lit.quote}{merged}{lit.quote}")
-                    break
+                return _edit(src, sp.start, sp.end,
+                             f"{lit.prefix}{lit.quote}{merge_alloc_conf(cur, option)}{lit.quote}")
     f = recipe.fields.get(path)
     current = f.value if (f is not None and is_known(f.value) and isinstance(f.value, str)) else None
     merged = merge_alloc_conf(current, option)
     if current is not None and merged == current:
         return []
-    return set_dict_key(recipe, dict_path, var, json.dumps(merged), sources)
+    return set_dict_key(recipe, dict_path, var, json.dumps(merged), sources, placement=p)
 
 
 def set_setting(recipe: ResolvedRecipe, path: str, value: Any, sources: Sources) -> list[Edit]:
@@ -547,13 +532,12 @@ def remove_assignment(write: Write, sources: Sources) -> list[Edit]:
         return [Edit(src.path, start, end, "")]
     lsp = idx.span(line_node)
     first, last = lines.line_of(lsp.start), lines.line_of(max(lsp.end - 1, lsp.start))
-    block = idx.parent(line_node)
-    body = getattr(block, "body", None)
-    if isinstance(block, cst.IndentedBlock) and isinstance(body, (list, tuple)) and len(body) == 1:
+    alone = idx.alone_in_block(line_node)
+    if alone is None:
+        return []
+    if alone:
         end = lines.line_end(last, keep_newline=False)
         return [Edit(src.path, lsp.start, end, "pass")]
-    if isinstance(block, cst.SimpleStatementSuite):
-        return []
     return [Edit(src.path, lines.line_start(first), lines.line_end(last), "")]
 
 
@@ -597,7 +581,7 @@ def _yaml_source(sources: Sources, loc: Location) -> SourceFile | None:
 def _yaml_span(src: SourceFile, loc: Location, offsets: tuple[int, int] | None = None) -> Span:
     if offsets is not None and 0 <= offsets[0] <= offsets[1] <= len(src.text):
         return Span(offsets[0], offsets[1])
-    lines = LineTable(src.text)
+    lines = line_table(src.text)
     s = lines.char_offset(loc.line, loc.column)
     if loc.end_line is None or loc.end_column is None:
         return Span(s, s)
@@ -689,7 +673,7 @@ def yaml_remove_entry(entry: OverrideEntry, sources: Sources) -> list[Edit]:
     src = _yaml_source(sources, entry.key_location)
     if src is None:
         return []
-    lines = LineTable(src.text)
+    lines = line_table(src.text)
     key_line = entry.key_location.line
     segs = entry.path.split(".")
     data = _yaml_load(src.text)
@@ -730,7 +714,7 @@ def yaml_add_entry(override_file: OverrideFile, path: str, value_src: str, sourc
         if e.path == path and e.op != "delete":
             return yaml_set_value(e, value_src, sources)
     text = src.text
-    lines = LineTable(text)
+    lines = line_table(text)
     nl = newline_of(text)
     segs = path.split(".")
     data = _yaml_load(text) if text.strip() else CommentedMap()
