@@ -13,6 +13,8 @@ from mbmem_lint.records import dataclass, field
 Severity = Literal["error", "warning", "info"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 Applicability = Literal["safe", "unsafe", "display-only"]
+# Ruff's fix classes, from the one that keeps the run as it is to a suggestion never applied.
+APPLICABILITY_RANK: dict[str, int] = {"safe": 0, "unsafe": 1, "display-only": 2}
 
 
 class Location:

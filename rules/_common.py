@@ -115,6 +115,68 @@ def fix_env(ctx: RuleContext, key: str, value_src: str, description: str, applic
     return ctx.fix(description, applicability, build)
 
 
+def dead_writes(ctx: RuleContext, path: str) -> list[Write]:
+    """The statements that set ``path`` since the object holding it was last built (a keyword of the
+    call that built it counts), when a runtime rewrite overwrites the result: all of them are dead."""
+    from mbmem_lint.fix.placement import contains, order, writes_of
+
+    parts = path.split(".")
+    enclosing = [w for k in range(1, len(parts)) for w in writes_of(ctx.r, ".".join(parts[:k]))
+                 if w.origin != "runtime"]
+    return [w for w in writes_of(ctx.r, path) if w.origin != "runtime" and not any(
+        order(ctx.r, e) > order(ctx.r, w) and not contains(e.location, w.location) for e in enclosing)]
+
+
+def fix_delete_dead(ctx: RuleContext, writes: list[Write], description: str) -> Fix | None:
+    """Delete assignments whose value never reaches the run (a runtime rewrite overwrites them): the run
+    is unchanged and the code stops saying otherwise. Statements in the recipe's files and YAML
+    entries are deleted; a write in Megatron Bridge code stays (the user does not edit it, and it is
+    as dead as before). None when one of them is a ``--set`` item (nothing to edit) or nothing is
+    left to delete. Deleting in a helper other recipes run names them (and is then unsafe)."""
+    from mbmem_lint.fix.placement import Placement, in_linted_python, other_recipes
+
+    python: list[Write] = []
+    yaml: list[Any] = []
+    notes: list[str] = []
+    also: tuple[str, ...] = ()
+    for w in writes:
+        if w.origin in ("yaml", "cli"):
+            entry = next((e for of in ctx.overrides for e in of.entries
+                          if e.location == w.location or e.key_location == w.location), None)
+            if entry is None or w.origin == "cli":
+                return None
+            yaml.append(entry)
+        elif in_linted_python(w, ctx.sources):
+            python.append(w)
+            helper = w.function if w.function not in (None, ctx.r.function) else None
+            if helper:
+                others = other_recipes(ctx.r, w, ctx.sources)
+                also += others
+                note = Placement("edit", w, helper, others).note()
+                if note not in notes:
+                    notes.append(note)
+    if not python and not yaml:
+        return None
+
+    def build() -> list[Edit]:
+        from mbmem_lint.fix import edits
+
+        out: list[Edit] = []
+        for w in python:
+            removal = edits.remove_assignment(w, ctx.sources)
+            if not removal:
+                return []
+            out.extend(removal)
+        for entry in yaml:
+            removal = edits.yaml_remove_entry(entry, ctx.sources)
+            if not removal:
+                return []
+            out.extend(removal)
+        return out
+
+    return ctx.fix(description + "".join(notes), "unsafe" if also else "safe", build)
+
+
 def fix_rename(ctx: RuleContext, write: Write, new_name: str, description: str,
                applicability: Any = "unsafe") -> Fix | None:
     def build() -> list[Edit]:
@@ -123,46 +185,6 @@ def fix_rename(ctx: RuleContext, write: Write, new_name: str, description: str,
         return list(edits.rename_attribute(write, new_name, ctx.sources))
 
     return ctx.fix(description, applicability, build)
-
-
-def add_import_edits(ctx: RuleContext, module: str, name: str) -> list[Edit] | None:
-    """``from <module> import <name>`` added to the recipe's file after its last top-level import.
-    ``[]`` when that import is already there (idempotent); ``None`` when the file binds ``name`` to
-    something else at module level (the fix must not shadow it) or cannot be parsed."""
-    import ast
-
-    from mbmem_lint.fix._text import line_table, newline_of, py_index
-
-    src = ctx.sources.get(ctx.r.path)
-    if src is None or src.kind != "python":
-        return None
-    idx = py_index(src.text)
-    if idx is None:
-        return None
-    tree = idx.tree
-    last_import: ast.stmt | None = None
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
-            ok = node.module == module and node.level == 0 and any(a.name == name and a.asname in (None, name) for a in node.names)
-            return [] if ok else None
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            return None
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and name in {t.id for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}:
-            return None
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            last_import = node
-    lines = line_table(src.text)
-    nl = newline_of(src.text)
-    if last_import is not None and last_import.end_lineno is not None:
-        off = lines.line_end(last_import.end_lineno)
-        prefix = "" if src.text[:off].endswith(("\n", "\r")) else nl
-    else:
-        first = tree.body[0] if tree.body else None
-        doc = (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-               and isinstance(first.value.value, str))
-        off = lines.line_end(first.end_lineno) if doc and first is not None and first.end_lineno else 0
-        prefix = "" if off == 0 or src.text[:off].endswith(("\n", "\r")) else nl
-    return [Edit(src.path, off, off, f"{prefix}from {module} import {name}{nl}")]
 
 
 # -- shared value logic ------------------------------------------------------------------------------

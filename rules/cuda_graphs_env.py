@@ -52,6 +52,7 @@ MBM301 = Rule(
     valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.env_vars["NCCL_GRAPH_REGISTER"] = 0')),),
     invalid=(Example(py('cfg.model.cuda_graph_impl = "local"  # <-\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True')),),
     fix_applicability="unsafe", fix_description="Switch to cuda_graph_impl='transformer_engine'.",
+    fix_safety="Today the run stops before training (Bridge's CUDA-graph guard raises); after the fix it trains: a different run, even where it is the one the recipe meant. Transformer Engine graphs capture differently from local ones.",
     references=("rules-from-source §2.I, §5 rule 13",),
 )
 
@@ -73,6 +74,7 @@ MBM302 = Rule(
     valid=(Example(py('cfg.model.cuda_graph_impl = "full_iteration"\ncfg.model.cuda_graph_scope = []\ncfg.rng.te_rng_tracker = True\ncfg.rerun_state_machine.check_for_nan_in_loss = False')),),
     invalid=(Example(py('cfg.model.cuda_graph_scope = ["full_iteration"]  # <-')),),
     fix_applicability="unsafe", fix_description="Set cuda_graph_impl='full_iteration'.",
+    fix_safety='Bridge clears the legacy scope today, so the run captures no CUDA graph; the fix turns full-iteration graphs on.',
     references=("rules-from-source §2.I, §5 rule 13",),
 )
 
@@ -96,7 +98,8 @@ MBM303 = Rule(
     check=_rng_tracker,
     valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True')),),
     invalid=(Example(py('cfg.rng.te_rng_tracker = False\ncfg.model.use_te_rng_tracker = False\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.model.cuda_graph_impl = "transformer_engine"  # <-')),),
-    fix_applicability="safe", fix_description="Set cfg.rng.te_rng_tracker=True.",
+    fix_applicability="unsafe", fix_description="Set cfg.rng.te_rng_tracker=True.",
+    fix_safety='Today the run stops before training (the GPT provider asserts when the model is built); after the fix it trains: a different run, even where it is the one the recipe meant. The RNG tracker also changes how dropout random numbers are drawn.',
     references=("rules-from-source §2.I, §5 rule 14",),
 )
 
@@ -121,6 +124,7 @@ MBM304 = Rule(
     valid=(Example(py('cfg.model.cuda_graph_impl = "full_iteration"\ncfg.model.cuda_graph_scope = []\ncfg.rng.te_rng_tracker = True\ncfg.rerun_state_machine.check_for_nan_in_loss = False')),),
     invalid=(Example(py('cfg.model.cuda_graph_scope = []\ncfg.rng.te_rng_tracker = True\ncfg.model.cuda_graph_impl = "full_iteration"  # <-')),),
     fix_applicability="unsafe", fix_description="Disable check_for_nan_in_loss.",
+    fix_safety='Today the run stops before training (Bridge asserts in validate()); after the fix it trains: a different run, even where it is the one the recipe meant. The run then no longer checks the loss for NaNs.',
     references=("rules-from-source §2.I, §5 rule 15",),
 )
 
@@ -196,7 +200,8 @@ MBM306 = Rule(
     check=_te_graph_register,
     valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.env_vars = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_GRAPH_REGISTER": 0}')),),
     invalid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"  # <-\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.env_vars = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}')),),
-    fix_applicability="safe", fix_description="Add NCCL_GRAPH_REGISTER=0 (an int) to cfg.env_vars.",
+    fix_applicability="unsafe", fix_description="Add NCCL_GRAPH_REGISTER=0 (an int) to cfg.env_vars.",
+    fix_safety='With Transformer Engine graphs the run stops at the start of training today (MCore asserts); the fix also changes how NCCL registers memory for every CUDA-graph implementation.',
     references=("seed-facts C2, §4.2 items 13-14; appendix rule B; rules-from-source §5 rule 17",),
 )
 
@@ -271,7 +276,8 @@ MBM309 = Rule(
     check=_env_bool,
     valid=(Example(py('cfg.env_vars["NCCL_GRAPH_REGISTER"] = 0')),),
     invalid=(Example(py('cfg.env_vars["NCCL_GRAPH_REGISTER"] = False  # <-')),),
-    fix_applicability="safe", fix_description="Replace True/False by 1/0.",
+    fix_applicability="unsafe", fix_description="Replace True/False by 1/0.",
+    fix_safety="The process sees '1'/'0' instead of 'True'/'False': readers that compare exact strings or parse integers behave differently.",
     references=("rules-from-source §3.1, §5 rule 19",),
 )
 
@@ -309,7 +315,8 @@ MBM310 = Rule(
     check=_alloc_bool_case,
     valid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"')),),
     invalid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:true"  # <-')),),
-    fix_applicability="safe", fix_description="Capitalise the boolean.",
+    fix_applicability="unsafe", fix_description="Capitalise the boolean.",
+    fix_safety="Today the run stops before training (PyTorch's allocator raises at the first CUDA allocation); after the fix it trains: a different run, even where it is the one the recipe meant. The option then takes effect.",
     references=("seed-facts §5, §4.2 item 15; appendix rule G",),
 )
 
@@ -428,7 +435,8 @@ MBM314 = Rule(
     check=_suggest_es,
     valid=(Example(py('cfg.env_vars = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}')),),
     invalid=(Example(py('cfg.env_vars = {"TORCH_NCCL_AVOID_RECORD_STREAMS": 1}  # <-')),),
-    fix_applicability="safe", fix_description="Add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and NCCL_GRAPH_REGISTER=0 with CUDA graphs).",
+    fix_applicability="unsafe", fix_description="Add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and NCCL_GRAPH_REGISTER=0 with CUDA graphs).",
+    fix_safety='Expandable segments change how the CUDA caching allocator maps memory (fragmentation, peak reserved memory).',
     references=("seed-facts §1.2, §2.1, §4.1",),
 )
 

@@ -78,6 +78,7 @@ MBM701 = Rule(
     valid=(Example(py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8)),),
     invalid=(Example(py("cfg.train.micro_batch_size = 64  # <-", base=SMALL, gpus=8)),),
     fix_applicability="display-only", fix_description="Cheapest memory fix first (allocator, recompute, MBS, PP), annotated with the saving.",
+    fix_safety="A memory suggestion changes the run's layout, batch, recompute or allocator: shown as a quoted diff to review, never applied.",
     references=("seed-facts §1.1, §6; appendix rule J",),
 )
 
@@ -95,6 +96,7 @@ MBM702 = Rule(
     valid=(Example(py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8)),),
     invalid=(Example(py("cfg.train.micro_batch_size = 1  # <-", base=SMALL, gpus=8), settings={"headroom-margin": 0.95}),),
     fix_applicability="display-only", fix_description="Cheapest memory fix first, annotated with the saving.",
+    fix_safety="A memory suggestion changes the run's layout, batch, recompute or allocator: shown as a quoted diff to review, never applied.",
     references=("seed-facts §2.1, §4.5, §6; appendix rule J",),
 )
 

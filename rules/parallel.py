@@ -261,8 +261,9 @@ MBM104 = Rule(
     check=_vpp_without_pp,
     valid=(Example(py("cfg.model.pipeline_model_parallel_size = 2\ncfg.model.virtual_pipeline_model_parallel_size = 2", gpus=8)),),
     invalid=(Example(py("cfg.model.virtual_pipeline_model_parallel_size = 2  # <-", gpus=8)),),
-    fix_applicability="safe",
+    fix_applicability="unsafe",
     fix_description="Set virtual_pipeline_model_parallel_size to None (the run fails otherwise).",
+    fix_safety='Today the run stops before training (MCore raises when it builds the pipeline groups); after the fix it trains: a different run, even where it is the one the recipe meant.',
     references=("rules-from-source §2.C, §5 rule 4",),
 )
 
@@ -440,6 +441,7 @@ MBM108 = Rule(
     invalid=(Example(py("cfg.model.sequence_parallel = True  # <-", gpus=8)),),
     fix_applicability="safe",
     fix_description="Set sequence_parallel=False (what Bridge does anyway).",
+    fix_safety='Bridge already sets sequence_parallel=False when TP is 1: the fix writes down the value the run uses.',
     references=("rules-from-source §2.B, §5 rule 8",),
 )
 
@@ -534,6 +536,7 @@ MBM109 = Rule(
                      note="seq 8192, h 4096, 32 layers: 10·8192·4096·½·32 B = 5 GiB, 6% of an H100"),),
     fix_applicability="unsafe",
     fix_description="Enable sequence_parallel (changes the communication pattern).",
+    fix_safety="Sequence parallelism changes the run's communication (reduce-scatter/all-gather instead of all-reduce) and its activation memory.",
     references=("rules-from-source §2.B, §5 rule 8",),
 )
 
@@ -578,9 +581,12 @@ MBM110 = Rule(
     ),
     check=_moe_ep,
     valid=(Example(py("cfg.model.expert_model_parallel_size = 1", gpus=8)),),
-    invalid=(Example(py("cfg.model.expert_model_parallel_size = 2  # <-", gpus=8)),),
+    invalid=(Example(py("cfg.model.expert_model_parallel_size = 2  # <-", gpus=8)),
+             Example(py("cfg.model.num_moe_experts = 8\ncfg.model.expert_model_parallel_size = 2\n"
+                        "cfg.model.add_bias_linear = True\ncfg.model.expert_tensor_parallel_size = 2  # <-", gpus=8))),
     fix_applicability="unsafe",
     fix_description="For MoE biases: set expert_tensor_parallel_size=1.",
+    fix_safety="Today the run stops before training (MCore rejects the expert layout); after the fix it trains: a different run, even where it is the one the recipe meant. The expert tensor-parallel size also changes the expert layers' layout.",
     references=("rules-from-source §2.E, §5 rule 9",),
 )
 

@@ -93,7 +93,8 @@ MBM501 = Rule(
                       base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),),
     invalid=(Example(py("cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.peft = LoRA(dim=8, alpha=16)  # <-",
                         base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),),
-    fix_applicability="safe", fix_description="Add sequence_parallel_input_regather=True to the LoRA config.",
+    fix_applicability="unsafe", fix_description="Add sequence_parallel_input_regather=True to the LoRA config.",
+    fix_safety='Numerics are unchanged, but the run keeps a smaller activation and re-gathers it in backward: different memory and communication.',
     references=("seed-facts §1.2, §1.3, §2.2, §4.3; appendix rule E",),
 )
 

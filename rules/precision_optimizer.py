@@ -9,7 +9,7 @@ from typing import Any
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef
 from mbmem_lint.resolve.resolved import UNKNOWN, is_known
 
-from ._common import add_import_edits, fix_set, fmt, is_fsdp, py
+from ._common import dead_writes, fix_delete_dead, fix_set, fmt, is_fsdp, py
 
 DDP_DO = "ddp.use_distributed_optimizer"
 OPT_DO = "optimizer.use_distributed_optimizer"
@@ -103,6 +103,7 @@ MBM401 = Rule(
     valid=(Example(py("cfg.ddp.overlap_param_gather = True\ncfg.ddp.overlap_grad_reduce = True")),),
     invalid=(Example(py("cfg.ddp.use_distributed_optimizer = False\ncfg.optimizer.use_distributed_optimizer = False\ncfg.ddp.overlap_param_gather = True  # <-")),),
     fix_applicability="unsafe", fix_description="Turn overlap_param_gather off.",
+    fix_safety='Today the first training step fails (with DP>1); after the fix the parameter all-gather is no longer overlapped with compute.',
     references=("rules-from-source §2.J, §5 rule 20",),
 )
 
@@ -133,7 +134,8 @@ MBM402 = Rule(
     check=_pao,
     valid=(Example(py("cfg.optimizer.use_precision_aware_optimizer = True\ncfg.optimizer.use_distributed_optimizer = True")),),
     invalid=(Example(py("cfg.optimizer.use_distributed_optimizer = False\ncfg.optimizer.use_precision_aware_optimizer = True  # <-")),),
-    fix_applicability="safe", fix_description="Set cfg.optimizer.use_distributed_optimizer=True.",
+    fix_applicability="unsafe", fix_description="Set cfg.optimizer.use_distributed_optimizer=True.",
+    fix_safety='Today the run stops before training (OptimizerConfig asserts before Bridge syncs the flags); after the fix it trains: a different run, even where it is the one the recipe meant. The optimizer state is then sharded over data-parallel ranks.',
     references=("rules-from-source §2.M, §5 rule 21",),
 )
 
@@ -162,6 +164,7 @@ MBM403 = Rule(
     valid=(Example(py("cfg.optimizer.exp_avg_dtype = torch.float32", imports="import torch")),),
     invalid=(Example(py("cfg.optimizer.exp_avg_dtype = torch.bfloat16  # <-", imports="import torch")),),
     fix_applicability="unsafe", fix_description="Enable the precision-aware optimizer.",
+    fix_safety='Today the run stops before training (OptimizerConfig asserts); after the fix it trains: a different run, even where it is the one the recipe meant. The precision-aware optimizer keeps master weights and moments in the requested dtypes.',
     references=("rules-from-source §2.M, §5 rule 21",),
 )
 
@@ -198,6 +201,7 @@ MBM404 = Rule(
            Example(py("cfg.ddp.use_distributed_optimizer = True"), note="one flag on, the other at its default: the usual way")),
     invalid=(Example(py("cfg.optimizer.use_distributed_optimizer = True\ncfg.ddp.use_distributed_optimizer = False  # <-")),),
     fix_applicability="safe", fix_description="Set the False flag to True (the effective runtime value).",
+    fix_safety='Bridge turns both flags on when either is on: the False the fix edits never took effect.',
     references=("seed-facts C4, §4.7 item 36; appendix rule F; rules-from-source §5 rule 22",),
 )
 
@@ -216,6 +220,7 @@ MBM405 = Rule(
            Example(py("cfg.ddp.overlap_param_gather = True"), note="the optimizer flag is left at its default")),
     invalid=(Example(py("cfg.ddp.overlap_param_gather = True\ncfg.optimizer.overlap_param_gather = False  # <-")),),
     fix_applicability="safe", fix_description="Set the False flag to True.",
+    fix_safety='Bridge sets both overlap_param_gather flags to True when either is: the False the fix edits never took effect.',
     references=("rules-from-source §2.J, §5 rule 22",),
 )
 
@@ -225,75 +230,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str):
         return alias.get(a, a) == alias.get(b, b)
     return bool(a == b) and type(a) is type(b) or (a is None and b is None)
-
-
-MP_MODULE = "megatron.bridge.training.mixed_precision"
-
-
-def _mp_dead_fix(ctx: RuleContext, w: Any, name: str, value_src: str) -> Any:
-    """Move a dead precision assignment onto ``cfg.mixed_precision`` and delete the dead line.
-
-    * ``cfg.mixed_precision`` is a config object: add ``cfg.mixed_precision.<name> = <value>`` before
-      ``return`` (or rewrite an existing assignment of that field in the recipe function);
-    * it is a preset *name* (``"bf16_mixed"``): a string takes no attribute writes, so the fix first
-      builds the preset object with its factory, ``cfg.mixed_precision = bf16_mixed()``, which is what
-      Bridge does before ``setup()`` (``config.py:1875``: ``get_mixed_precision_config(name)`` =
-      ``MIXED_PRECISION_RECIPES[name]()``, the registry of these very factories), and imports the
-      factory from ``megatron.bridge.training.mixed_precision``.
-
-    Never a keyword added to the call that built the object: the preset factories take no arguments.
-    A dead write set in YAML or with --set gets no fix (moving a key between YAML sections is left to
-    the user; the message says where it belongs). Writes outside the user's recipe function (shared
-    helpers) get no fix: removing them would change every recipe that calls the helper.
-    """
-    pre_mp = ctx.pre("mixed_precision")
-    cfg = ctx.r.config_var
-    if w.origin != "recipe" or w.location.in_library or (w.function is not None and w.function != ctx.r.function) or not cfg:
-        return None
-    factory: str | None = None
-    if isinstance(pre_mp, str):
-        factory = pre_mp.replace("-", "_")
-        if factory not in MP_PRESETS:
-            return None
-    elif not isinstance(pre_mp, dict):
-        return None
-    mp_path = f"mixed_precision.{name}"
-
-    def build() -> list[Any]:
-        from mbmem_lint.fix import edits
-
-        removal = list(edits.remove_assignment(w, ctx.sources))
-        if not removal:
-            return []
-        out: list[Any] = []
-        if factory is not None:
-            imp = add_import_edits(ctx, MP_MODULE, factory)
-            if imp is None:
-                return []
-            out += imp
-            # Two insertions at the return: they apply in sorted order, "cfg.mixed_precision = ..."
-            # before "cfg.mixed_precision.<name> = ..." (" " < ".").
-            out += edits.insert_before_return(ctx.r, f"{cfg}.mixed_precision = {factory}()", ctx.sources)
-            out += edits.insert_before_return(ctx.r, f"{cfg}.{mp_path} = {value_src}", ctx.sources)
-        else:
-            own = ctx.user_write(mp_path)
-            mp_w = ctx.user_write("mixed_precision")
-            if (own is not None and own.origin == "recipe" and own.function in (None, ctx.r.function)
-                    and (mp_w is None or ctx.write_position(own) > ctx.write_position(mp_w))):
-                out += edits.set_field(ctx.r, mp_path, value_src, ctx.sources)
-            else:
-                out += edits.insert_before_return(ctx.r, f"{cfg}.{mp_path} = {value_src}", ctx.sources)
-        if not out:
-            return []
-        return out + removal
-
-    how = (f"build the preset with {factory}() and set .{name} on it" if factory else f"set cfg.{mp_path}")
-    # Same intent only when mixed_precision copies the field to this section alone; params_dtype,
-    # fp16/bf16, fp8_recipe, ... also land on the other sections (a behaviour change there).
-    others = [sec for sec, names in MP_TARGETS.items() if name in names and sec != w.path.split(".")[0]]
-    if others:
-        how += f" (also changes {', '.join(f'{o}.{name}' for o in others)})"
-    return ctx.fix(f"{how}; delete the dead {w.path} assignment", "unsafe" if others else "safe", build)
 
 
 # Fields that only act with FP8/FP4 training, and loss-scaling fields that only act with fp16: their
@@ -336,16 +272,20 @@ def _mp_dead(ctx: RuleContext) -> Iterator[Finding]:
             if not _mp_field_matters(ctx, name):
                 continue
             pre_mp = ctx.pre("mixed_precision")
-            notes = []
             if isinstance(pre_mp, str):
-                notes.append(f"cfg.mixed_precision is the preset name {pre_mp!r}, which takes no attribute writes: build the "
-                             f"object ({pre_mp.replace('-', '_')}() from megatron.bridge.training.mixed_precision) and set "
-                             f".{name} on it")
+                keep = (f"to keep {fmt(old)}, build the preset object ({pre_mp.replace('-', '_')}() from "
+                        f"megatron.bridge.training.mixed_precision) and set .{name} on it")
+            else:
+                keep = f"to keep {fmt(old)}, set cfg.mixed_precision.{name}"
+            others = [sec for sec, names in MP_TARGETS.items() if name in names and sec != section]
+            if others:
+                keep += f" (which also sets {', '.join(f'{o}.{name}' for o in others)})"
             yield Finding(
                 f"{path} = {fmt(old)} is overwritten by cfg.mixed_precision ({fmt(new)}) at runtime"
                 + (" — fp32 gradient buffers: 4 bytes/param instead of 2" if name == "grad_reduce_in_fp32" and new is True else ""),
                 [path, "mixed_precision"], location=w.anchor,
-                fix=_mp_dead_fix(ctx, w, name, fmt(old)), notes=notes)
+                fix=fix_delete_dead(ctx, dead_writes(ctx, path), f"delete the dead {path} assignment (the run keeps {fmt(new)})"),
+                notes=[keep[0].upper() + keep[1:]])
 
 
 MBM406 = Rule(
@@ -369,12 +309,11 @@ MBM406 = Rule(
                    imports="from megatron.bridge.training.mixed_precision import bf16_mixed")),
     ),
     fix_applicability="safe",
-    fix_description=("Move the value to cfg.mixed_precision.<field> and delete the dead assignment. When "
-                     "cfg.mixed_precision is a preset name (a string takes no attribute writes) the fix first builds the "
-                     "preset object with its factory (`cfg.mixed_precision = bf16_mixed()`, imported from "
-                     "megatron.bridge.training.mixed_precision), exactly what Bridge does before setup(). Unsafe when "
-                     "mixed_precision also copies the field to another section (params_dtype, bf16/fp16, fp8_recipe, "
-                     "reuse_grad_buf_for_mxfp8_param_ag); no fix for writes in YAML or in shared helpers."),
+    fix_description=("Delete the dead assignment (every assignment of the field since its section was built; a YAML "
+                     "entry too). The finding's note says how to keep the value instead: set it on cfg.mixed_precision "
+                     "(building the preset object first when cfg.mixed_precision is a preset name), which changes the "
+                     "run. No fix for a --set item."),
+    fix_safety='cfg.mixed_precision overwrites the field before training: deleting the dead assignment leaves the run as it was.',
     references=("rules-from-source §1.4, §2.M, §5 rule 23",),
 )
 
@@ -437,7 +376,8 @@ def _co_dead(ctx: RuleContext) -> Iterator[Finding]:
         new = _co_new(ctx, name)
         if is_known(w.value) and is_known(new) and w.value != new:
             yield Finding(f"{path} = {fmt(w.value)} is overwritten by cfg.comm_overlap setup ({fmt(new)})", [path, "comm_overlap"],
-                          location=w.anchor, fix=fix_set(ctx, f"comm_overlap.{name}", fmt(w.value), f"set cfg.comm_overlap.{name} instead"))
+                          location=w.anchor, notes=[f"To keep {fmt(w.value)}, set cfg.comm_overlap.{name}."],
+                          fix=fix_delete_dead(ctx, dead_writes(ctx, path), f"delete the dead {path} assignment (the run keeps {fmt(new)})"))
 
 
 MBM408 = Rule(
@@ -452,7 +392,8 @@ MBM408 = Rule(
                       imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig")),),
     invalid=(Example(py("cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)\ncfg.model.defer_embedding_wgrad_compute = True  # <-",
                         imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig")),),
-    fix_applicability="safe", fix_description="Move the value to cfg.comm_overlap.<field>.",
+    fix_applicability="safe", fix_description="Delete the dead assignment; the note says how to keep the value instead (set it on cfg.comm_overlap, which changes the run).",
+    fix_safety='CommOverlapConfig.setup() overwrites the field before training: deleting the dead assignment leaves the run as it was.',
     references=("rules-from-source §1.5, §2.N, §5 rule 24",),
 )
 
@@ -528,6 +469,7 @@ MBM410 = Rule(
     valid=(Example(py('cfg.ddp.use_megatron_fsdp = True\ncfg.ddp.data_parallel_sharding_strategy = "optim_grads_params"\ncfg.checkpoint.save = "/ckpt"\ncfg.checkpoint.ckpt_format = "fsdp_dtensor"')),),
     invalid=(Example(py('cfg.checkpoint.save = "/ckpt"\ncfg.checkpoint.ckpt_format = "torch_dist"\ncfg.ddp.data_parallel_sharding_strategy = "optim_grads_params"\ncfg.ddp.use_megatron_fsdp = True  # <-')),),
     fix_applicability="unsafe", fix_description="For the checkpoint format: set ckpt_format='fsdp_dtensor'.",
+    fix_safety='Today the run stops before training (Bridge asserts the Megatron-FSDP requirements); after the fix it trains: a different run, even where it is the one the recipe meant. The checkpoint format also changes what is written to disk.',
     references=("rules-from-source §2.K, §5 rule 25; seed-facts §1.5",),
 )
 
@@ -549,6 +491,7 @@ MBM411 = Rule(
     valid=(Example(py('cfg.ddp.use_megatron_fsdp = True\ncfg.ddp.data_parallel_sharding_strategy = "optim_grads_params"\ncfg.checkpoint.ckpt_format = "fsdp_dtensor"')),),
     invalid=(Example(py('cfg.ddp.use_megatron_fsdp = True\ncfg.checkpoint.ckpt_format = "fsdp_dtensor"\ncfg.ddp.data_parallel_sharding_strategy = "no_shard"  # <-')),),
     fix_applicability="display-only", fix_description="Use 'optim_grads_params' sharding.",
+    fix_safety='Sharding changes what every rank holds (memory, communication): a suggestion to review, never applied.',
     references=("rules-from-source §5 rule 25",),
 )
 
@@ -591,7 +534,8 @@ MBM412 = Rule(
     valid=(Example(py('cfg.mixed_precision = "bf16_with_mxfp8_mixed"')),),
     invalid=(Example(py('cfg.mixed_precision = bf16_with_mxfp8_mixed()  # <-\ncfg.mixed_precision.reuse_grad_buf_for_mxfp8_param_ag = False',
                         imports="from megatron.bridge.training.mixed_precision import bf16_with_mxfp8_mixed")),),
-    fix_applicability="safe", fix_description="Set cfg.mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=True.",
+    fix_applicability="unsafe", fix_description="Set cfg.mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=True.",
+    fix_safety="With fp8_param_gather the run stops in validate() today (Bridge asserts); without it, reusing the gradient buffer changes the run's memory.",
     references=("rules-from-source §2.M, §5 rule 26",),
 )
 
@@ -664,7 +608,8 @@ MBM414 = Rule(
     check=_sft_cp,
     valid=(Example(py("cfg.model.context_parallel_size = 2\ncfg.model.calculate_per_token_loss = True\ncfg.ddp.average_in_collective = False", base="llama3_8b_sft_config", task="sft")),),
     invalid=(Example(py("cfg.model.context_parallel_size = 2\ncfg.model.calculate_per_token_loss = False  # <-", base="llama3_8b_sft_config", task="sft")),),
-    fix_applicability="safe", fix_description="Set calculate_per_token_loss=True / average_in_collective=False.",
+    fix_applicability="unsafe", fix_description="Set calculate_per_token_loss=True / average_in_collective=False.",
+    fix_safety='Today the run stops before training (Bridge asserts on the loss settings for finetuning with CP>1); after the fix it trains: a different run, even where it is the one the recipe meant. The loss is also reduced differently (per token, or outside the collective).',
     references=("rules-from-source §2.D, §5 rule 27",),
 )
 
@@ -805,7 +750,8 @@ MBM418 = Rule(
     check=_deterministic,
     valid=(Example(py('cfg.model.deterministic_mode = True\ncfg.model.cross_entropy_loss_fusion = False\ncfg.env_vars["NCCL_ALGO"] = "Ring"')),),
     invalid=(Example(py('cfg.model.cross_entropy_loss_fusion = True\ncfg.env_vars["NCCL_ALGO"] = "Ring"\ncfg.model.deterministic_mode = True  # <-')),),
-    fix_applicability="safe", fix_description="Disable the fused cross entropy.",
+    fix_applicability="unsafe", fix_description="Disable the fused cross entropy.",
+    fix_safety='Today the run stops before training (Bridge asserts in validate()); after the fix it trains: a different run, even where it is the one the recipe meant. The unfused cross entropy (or NCCL algorithm) also changes speed.',
     references=("rules-from-source §2.P",),
 )
 

@@ -43,6 +43,7 @@ MBM201 = Rule(
     valid=(Example(py('cfg.model.recompute_granularity = "full"\ncfg.model.recompute_method = "uniform"\ncfg.model.recompute_num_layers = 1')),),
     invalid=(Example(py('cfg.model.recompute_granularity = "full"  # <-')),),
     fix_applicability="unsafe", fix_description="Add recompute_method='uniform' and recompute_num_layers=1 (review the layer count).",
+    fix_safety='Today the run stops before training (TransformerConfig raises); after the fix it trains: a different run, even where it is the one the recipe meant. The method and layer count it picks decide memory and speed: review them.',
     references=("rules-from-source §2.G, §5 rule 10",),
 )
 
@@ -62,7 +63,8 @@ MBM202 = Rule(
     check=_selective_num_layers,
     valid=(Example(py('cfg.model.recompute_granularity = "selective"')),),
     invalid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.recompute_num_layers = 2  # <-')),),
-    fix_applicability="safe", fix_description="Set recompute_num_layers=None.",
+    fix_applicability="unsafe", fix_description="Set recompute_num_layers=None.",
+    fix_safety='Today the run stops before training (TransformerConfig raises for selective recompute with a layer count); after the fix it trains: a different run, even where it is the one the recipe meant.',
     references=("rules-from-source §2.G, §5 rule 10",),
 )
 
@@ -122,6 +124,7 @@ MBM204 = Rule(
     valid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.recompute_method = None')),),
     invalid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.recompute_method = "uniform"  # <-')),),
     fix_applicability="safe", fix_description="Remove the ignored recompute_method.",
+    fix_safety='The selective-recompute path never reads recompute_method: setting it to None changes nothing the run does.',
     references=("rules-from-source §2.G, §5 rule 10",),
 )
 
@@ -144,6 +147,7 @@ MBM205 = Rule(
     valid=(Example(py("cfg.model.cpu_offloading = True\ncfg.model.cpu_offloading_num_layers = 4")),),
     invalid=(Example(py("cfg.model.pipeline_model_parallel_size = 2\ncfg.model.cpu_offloading = True  # <-\ncfg.model.cpu_offloading_num_layers = 4")),),
     fix_applicability="unsafe", fix_description="Turn cpu_offloading off (changes memory behaviour).",
+    fix_safety='Today the run stops before training (MCore raises for CPU offloading with PP>1); after the fix it trains: a different run, even where it is the one the recipe meant. Turning offloading off also changes activation memory.',
     references=("seed-facts C3, §4.4 (MB #2992); appendix rule C; rules-from-source §5 rule 11",),
 )
 
@@ -231,7 +235,8 @@ MBM208 = Rule(
     valid=(Example(py('cfg.model.fine_grained_activation_offloading = True\ncfg.model.offload_modules = ["core_attn"]\ncfg.env_vars["NVTE_CPU_OFFLOAD_V1"] = 1')),),
     invalid=(Example(py('cfg.model.fine_grained_activation_offloading = True  # <-\ncfg.model.offload_modules = ["core_attn"]')),),
     versions="Transformer Engine ≥ 2.10 (assumed; the TE version is not configurable)",
-    fix_applicability="safe", fix_description="Add NVTE_CPU_OFFLOAD_V1=1 to cfg.env_vars.",
+    fix_applicability="unsafe", fix_description="Add NVTE_CPU_OFFLOAD_V1=1 to cfg.env_vars.",
+    fix_safety="Today the run stops before training (Bridge raises without NVTE_CPU_OFFLOAD_V1=1); after the fix it trains: a different run, even where it is the one the recipe meant. The variable also selects Transformer Engine's offload implementation.",
     references=("rules-from-source §2.H, §5 rule 12",),
 )
 
@@ -294,7 +299,8 @@ MBM210 = Rule(
     check=_distribute_saved,
     valid=(Example(py('cfg.model.recompute_granularity = "full"\ncfg.model.recompute_method = "uniform"\ncfg.model.recompute_num_layers = 1\ncfg.model.distribute_saved_activations = True')),),
     invalid=(Example(py('cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.model.recompute_granularity = "full"\ncfg.model.recompute_method = "uniform"\ncfg.model.recompute_num_layers = 1\ncfg.model.distribute_saved_activations = True  # <-')),),
-    fix_applicability="safe", fix_description="Set distribute_saved_activations=False.",
+    fix_applicability="unsafe", fix_description="Set distribute_saved_activations=False.",
+    fix_safety='Today the run stops before training (MCore raises for the combination); after the fix it trains: a different run, even where it is the one the recipe meant. Saved activations are then no longer distributed over TP ranks by this option.',
     references=("rules-from-source §2.G",),
 )
 

@@ -99,6 +99,7 @@ MBM601 = Rule(
         Example(py("cfg.scheduler.max_lr = 3e-4  # <-")),
     ),
     fix_applicability="unsafe", fix_description="Rename to the closest existing field (the assignment starts to take effect).",
+    fix_safety='Bridge skips the unknown key today; after the rename the value takes effect.',
     references=("rules-from-source §2.P, §5 rule 30; recipe-shapes §1.11",),
 )
 
@@ -112,7 +113,7 @@ def _delete_noop(ctx: RuleContext) -> Iterator[Finding]:
                 return list(edits.yaml_remove_entry(entry, ctx.sources))
 
             yield Finding(f"'~{e.path}' does not reset the field: Bridge applies only keys that are present, so the recipe value stays",
-                          [e.path], location=e.key_location, fix=ctx.fix("remove the no-op deletion", "display-only", build))
+                          [e.path], location=e.key_location, fix=ctx.fix("remove the no-op deletion", "safe", build))
 
 
 MBM602 = Rule(
@@ -126,7 +127,8 @@ MBM602 = Rule(
     scope="overrides",
     valid=(Example(py("cfg.model.seq_length = 8192"), yaml="model:\n  seq_length: 4096\n"),),
     invalid=(Example(py("cfg.model.seq_length = 8192"), yaml="model:\n  ~seq_length: null  # <-\n"),),
-    fix_applicability="display-only", fix_description="Remove the entry (or set the value you want explicitly).",
+    fix_applicability="safe", fix_description="Remove the entry (or set the value you want explicitly).",
+    fix_safety='Bridge applies only keys that are present, so the `~key` deletion never did anything: removing it leaves the run unchanged.',
     references=("recipe-shapes §4.4",),
 )
 

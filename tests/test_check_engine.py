@@ -137,7 +137,7 @@ def test_generated_docs_are_current() -> None:
     pages = rendered_docs()
     stale = [n for n, text in pages.items() if not (out / n).is_file() or (out / n).read_text(encoding="utf-8") != text]
     extra = [p.name for p in out.glob("MBM*.md") if p.name not in pages]
-    assert not stale and not extra, f"docs/rules is stale ({stale[:5]}, {extra[:5]}): run python -m mbmem_lint.check.docs"
+    assert not stale and not extra, f"docs/rules is stale ({stale[:5]}, {extra[:5]}): run mbmem-lint dev docs"
 
 
 def test_rules_json_lists_every_rule() -> None:

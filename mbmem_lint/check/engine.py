@@ -16,7 +16,7 @@ import re
 
 from mbmem_lint.check.registry import all_rules
 from mbmem_lint.check.rule import Finding, Rule, RuleContext
-from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic, Location, Severity
+from mbmem_lint.diagnostics import APPLICABILITY_RANK, SEVERITY_RANK, Diagnostic, Location, Severity
 from mbmem_lint.parse.yaml_overrides import OverrideFile
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
@@ -78,9 +78,13 @@ def _to_diag(rule: Rule, f: Finding, default_loc: Location, function: str | None
     if override in ("error", "warning", "info"):
         severity = override  # type: ignore[assignment]
     notes = list(f.notes)
+    fix = f.fix
+    if fix is not None and rule.fix_applicability is not None and (
+            APPLICABILITY_RANK[fix.applicability] < APPLICABILITY_RANK[rule.fix_applicability]):
+        fix.applicability = rule.fix_applicability  # a fix is never safer than its rule's class
     return Diagnostic(code=rule.code, name=rule.name, severity=severity, message=f.message,
                       location=f.location or default_loc, function=function, fields=list(f.fields),
-                      fix=f.fix, notes=notes)
+                      fix=fix, notes=notes)
 
 
 def _crash(rule: Rule, path: str, function: str | None, exc: BaseException, line: int = 1) -> Diagnostic:

@@ -52,6 +52,12 @@ def get_rule(code_or_name: str) -> Rule | None:
     return None
 
 
+FIX_CLASSES = ("Fix classes, as in ruff: *safe* leaves the training run exactly as it was (the code now says what "
+               "happens); *unsafe* changes what the run does, even when it is what the recipe meant (applied with "
+               "`--unsafe-fixes`); *display-only* is a suggestion, shown but never applied. A fix that edits a helper "
+               "other recipes also call names them and is never safe.")
+
+
 def _indent_code(text: str) -> str:
     """An example for the docs: the test marker ``# <-`` reads as what it means."""
     return text.rstrip("\n").replace("  # <-", "  # <- flagged here")
@@ -77,7 +83,8 @@ def rule_doc_markdown(rule: Rule) -> str:
             lines += ["```yaml", ex.yaml.rstrip("\n"), "```", ""]
     lines += ["## Fix safety", ""]
     if rule.fix_applicability:
-        lines += [f"`{rule.fix_applicability}`: {rule.fix_description}", ""]
+        lines += [f"**{rule.fix_applicability}**: {rule.fix_safety}", "", f"The fix: {rule.fix_description}", "",
+                  FIX_CLASSES, ""]
     else:
         lines += ["No automatic fix.", ""]
     lines += ["## Source behaviour", ""]
@@ -133,6 +140,7 @@ def rule_json(rule: Rule) -> dict[str, object]:
         "severity": rule.severity,
         "fixable": rule.fix_applicability is not None,
         "fix_applicability": rule.fix_applicability,
+        "fix_safety": rule.fix_safety or None,
         "family": rule.family,
         "summary": rule.summary,
         "fields": list(rule.fields),

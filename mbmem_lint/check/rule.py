@@ -410,8 +410,12 @@ class Rule:
     check: CheckFn
     valid: tuple[Example, ...]
     invalid: tuple[Example, ...]
-    fix_applicability: Applicability | None = None  # None: the rule has no fix
+    # The class of the rule's fixes in ruff's sense (None: no fix): safe = the run does exactly what
+    # it did before, unsafe = the run changes, display-only = a suggestion. The engine never lets one
+    # of the rule's fixes claim a safer class; a fix may be less safe (e.g. it edits a shared helper).
+    fix_applicability: Applicability | None = None
     fix_description: str = ""
+    fix_safety: str = ""  # why the fix is in its class (the docs' "Fix safety" section)
     versions: str = ""  # version applicability (torch / megatron-core), empty when none
     scope: Literal["recipe", "overrides"] = "recipe"
     references: tuple[str, ...] = ()  # issues/PRs (seed-facts), rules-from-source section
@@ -429,6 +433,8 @@ class Rule:
             raise ValueError(f"{self.code}: a rule must cite the Megatron source behaviour")
         if not self.valid or not self.invalid:
             raise ValueError(f"{self.code}: a rule needs VALID and INVALID examples")
+        if self.fix_applicability is not None and not self.fix_safety:
+            raise ValueError(f"{self.code}: a fixable rule must say why its fix is {self.fix_applicability}")
         for ex in self.invalid:
             if ex.expected_location() is None:
                 raise ValueError(f"{self.code}: INVALID example without a '{EXPECT_MARKER}' marker")

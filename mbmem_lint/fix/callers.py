@@ -12,9 +12,9 @@ name. Only the linted files are read, so recipes elsewhere in the project are no
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from mbmem_lint.records import dataclass, field
 from mbmem_lint.sources import Sources
 
 MAX_FUNCTIONS = 2000  # callers followed per question (a helper of a helper of ...)

@@ -17,10 +17,10 @@ the other recipes that run the helper (their runs change with it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.flatten import LazyWrites
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Write
 from mbmem_lint.sources import Sources
