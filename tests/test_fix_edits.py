@@ -120,13 +120,32 @@ def test_set_field_in_a_helper_edits_it_and_names_the_other_recipes() -> None:
     text, sources, r = _helper_recipe(HELPER_CODE)
     p = place(r, "train.micro_batch_size", sources)  # type: ignore[arg-type]
     assert (p.how, p.helper, p.also) == ("edit", "_common", ("g",))
-    assert p.note() == (" in _common() (recipes/r.py:2); this also changes g, which call it too")
+    assert p.note() == " in _common() (recipes/r.py:2); this also changes 1 other recipe that calls it: g"
     out = apply_edits(text, E.set_field(r, "train.micro_batch_size", "1", sources))  # type: ignore[arg-type]
     assert out == text.replace("micro_batch_size = 2", "micro_batch_size = 1")
     # Only f calls it: the same edit, said to be this recipe's alone.
     text2, sources2, r2 = _helper_recipe(HELPER_CODE.split("\n\n\ndef g")[0] + "\n")
     p2 = place(r2, "train.micro_batch_size", sources2)  # type: ignore[arg-type]
     assert p2.also == () and p2.note() == " in _common() (recipes/r.py:2), which only this recipe calls"
+
+
+def test_set_field_on_an_object_built_elsewhere_appends_and_says_so() -> None:
+    from mbmem_lint.fix.placement import place
+
+    code = """
+    def f():
+        cfg = base()
+        peft = make_peft()
+        cfg.peft = peft
+        return cfg
+    """
+    text, sources = _setup(code)
+    r = recipe_from_source(P, text)
+    p = place(r, "peft.sequence_parallel_input_regather", sources)
+    assert p.how == "append" and p.note() == (
+        "; added before `return`: recipes/r.py:4 assigns an object built elsewhere")
+    assert _run(code, "set_field", "peft.sequence_parallel_input_regather", "True").endswith(
+        "    cfg.peft = peft\n    cfg.peft.sequence_parallel_input_regather = True\n    return cfg\n")
 
 
 def test_set_field_append_says_where_the_value_comes_from() -> None:

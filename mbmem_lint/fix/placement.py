@@ -17,6 +17,7 @@ the other recipes that run the helper (their runs change with it).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from mbmem_lint.diagnostics import Location
@@ -92,6 +93,7 @@ class Placement:
     write: Write | None = None
     helper: str | None = None
     also: tuple[str, ...] = ()
+    opaque: bool = False  # append: the linted statement assigns an object built elsewhere (``cfg.peft = p``)
 
     @property
     def changes_other_recipes(self) -> bool:
@@ -104,9 +106,14 @@ class Placement:
             where = f"in {self.helper}() ({w.location.path}:{w.location.line})"
             if not self.also:
                 return f" {where}, which only this recipe calls"
-            names = ", ".join(self.also[:MAX_NAMED])
-            more = f" and {len(self.also) - MAX_NAMED} more" if len(self.also) > MAX_NAMED else ""
-            return f" {where}; this also changes {names}{more}, which call it too"
+            n = len(self.also)
+            names = ", ".join(name.rsplit("::", 1)[-1] for name in self.also[:MAX_NAMED])
+            more = f" and {n - MAX_NAMED} more" if n > MAX_NAMED else ""
+            that = "other recipes that call it" if n != 1 else "other recipe that calls it"
+            return f" {where}; this also changes {n} {that}: {names}{more}"
+        if self.how == "append" and self.opaque and w is not None:
+            return (f"; added before `return`: {w.location.path}:{w.location.line} assigns an object built "
+                    "elsewhere")
         if self.how == "append":
             return f"; added before `return`: the value comes from {_origin_text(w)}"
         return ""
@@ -135,8 +142,30 @@ def place(recipe: ResolvedRecipe, path: str, sources: Sources) -> Placement:
     target, how = (current, "edit") if current is not None else (enclosing, "extend")
     if target is None or not in_linted_python(target, sources):
         return Placement("append", current or enclosing)
+    if how == "extend" and not _extensible(target, sources):
+        return Placement("append", enclosing, opaque=True)  # ``cfg.peft = peft_cfg``: no call to extend
     helper = target.function if target.function not in (None, recipe.function) else None
     return Placement(how, target, helper, other_recipes(recipe, target, sources) if helper else ())  # type: ignore[arg-type]
+
+
+def _extensible(w: Write, sources: Sources) -> bool:
+    """The value of ``w`` is a call or a dict literal written out, without ``**`` unpacking (which
+    could already carry the name): a keyword or key can be added to it."""
+    loc = w.location
+    src = sources.get(loc.path)
+    if src is None or loc.end_line is None or loc.end_column is None:
+        return False
+    lines = src.lines()
+    if not (1 <= loc.line <= loc.end_line <= len(lines)):
+        return False
+    if loc.line == loc.end_line:
+        text = lines[loc.line - 1][loc.column - 1 : loc.end_column - 1]
+    else:
+        text = "\n".join([lines[loc.line - 1][loc.column - 1 :], *lines[loc.line : loc.end_line - 1],
+                          lines[loc.end_line - 1][: loc.end_column - 1]])
+    text = text.strip()
+    call = bool(re.match(r"[A-Za-z_][\w.]*\s*\(", text)) and text.endswith(")")
+    return (call or (text.startswith("{") and text.endswith("}"))) and "**" not in text
 
 
 def other_recipes(recipe: ResolvedRecipe, w: Write, sources: Sources) -> tuple[str, ...]:
