@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from mbmem_lint.diagnostics import Location
 from mbmem_lint.fix import edits as E
@@ -323,3 +326,77 @@ def test_set_field_never_assigns_into_a_string_or_none_section() -> None:
     assert E.set_field(r, "mixed_precision.grad_reduce_in_fp32", "False", sources) == []
     assert E.set_field(r, "comm_overlap.tp_comm_overlap", "False", sources) == []
     assert E.set_field(r, "model.recompute_method", '"uniform"', sources) != []
+
+
+def test_remove_assignment_shapes() -> None:
+    code = """
+    def f():
+        cfg = base()
+        if cfg.x:
+            cfg.model.a = 1  # alone in its block
+        cfg.model.b = 2  # a comment goes with it
+        cfg.model.c = 3; cfg.model.d = 4
+        if cfg.y: cfg.model.e = 5
+        return cfg
+    """
+    text, sources = _setup(code)
+    r = recipe_from_source(P, text)
+
+    def removed(path: str) -> str:
+        w = next(w for w in r.writes if w.path == path)
+        out = apply_edits(text, E.remove_assignment(w, sources))
+        ast.parse(out)
+        return out
+
+    assert "    if cfg.x:\n        pass\n    cfg.model.b" in removed("model.a")
+    assert "cfg.model.b" not in removed("model.b") and "a comment" not in removed("model.b")
+    assert "    cfg.model.c = 3\n    if cfg.y" in removed("model.d")
+    assert "    cfg.model.d = 4\n" in removed("model.c")
+    assert removed("model.e") == text  # a one-line compound statement is left alone
+
+
+def _removal_agreement(files: list[Path]) -> tuple[int, int]:
+    """(writes checked, writes the ast-only paths handled): every removal the ast-only paths make is
+    the one the libcst path makes."""
+    from mbmem_lint.fix._text import py_index
+
+    checked = fast = 0
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        src = SourceFile(str(f), text, "python")
+        idx = py_index(text)
+        assert idx is not None
+        for fn in tree.body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            r = recipe_from_source(str(f), text, fn.name)
+            for w in r.writes:
+                if w.origin != "recipe" or w.statement is None:
+                    continue
+                quick = E._remove_plain_statement(src, idx, w)
+                if quick is None:
+                    quick = E._remove_keyword_plain(src, idx, w)
+                checked += 1
+                if quick is not None:
+                    fast += 1
+                    assert quick == E._remove_with_libcst(src, idx, w), (f, w.path)
+    return checked, fast
+
+
+def test_ast_only_removals_agree_with_libcst_on_the_fixtures() -> None:
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    checked, fast = _removal_agreement(sorted(root.rglob("*.py")))
+    assert fast > 0.9 * checked > 100
+
+
+@pytest.mark.corpus
+def test_ast_only_removals_agree_with_libcst_on_the_corpus() -> None:
+    from mbmem_lint.dev.corpus import ensure_corpus
+
+    recipes = ensure_corpus() / "megatron" / "bridge" / "recipes"
+    checked, fast = _removal_agreement([recipes / "common.py", recipes / "gemma" / "h100" / "gemma3.py"])
+    assert fast > 0.9 * checked > 200

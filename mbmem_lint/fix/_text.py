@@ -8,6 +8,8 @@ uses). Locations are 1-based lines and 1-based columns in characters; a resolver
 from __future__ import annotations
 
 import ast
+import bisect
+import re
 from collections.abc import Sequence
 
 import libcst as cst
@@ -174,6 +176,10 @@ def _holds(stmt: ast.stmt, line: int) -> bool:
     return _first_line(stmt) <= line <= _last_line(stmt)
 
 
+# Where top-level statements start: column 0 (a closing bracket there ends a multi-line signature).
+_TOP_RE = re.compile(r"^(?:@|class\b|(?:async\s+)?def\b|[A-Za-z_])", re.M)
+
+
 class PyIndex:
     """libcst view of one file with character spans for nodes, built on demand for the few lines a
     fix touches: the innermost statement at an offset (found with ``ast``) and the statements that
@@ -183,15 +189,57 @@ class PyIndex:
     def __init__(self, text: str) -> None:
         self.text = text
         self.lines = line_table(text)
-        self.tree = ast.parse(text)  # SyntaxError: no index (the caller gets None)
         self._regions: dict[tuple[int, int], _Region] = {}
         self._owner: dict[cst.CSTNode, _Region] = {}
+        self._tops: list[int] | None = None
+        self._trees: dict[int, ast.Module | None] = {}
+        self._whole: ast.Module | None = None
+
+    # -- ast, one top-level statement at a time ---------------------------------------------
+    def _top_starts(self) -> list[int]:
+        """Lines where a top-level statement starts (a decorated definition starts at its first
+        decorator). Column-0 text inside a string can add false starts: a piece that does not
+        parse falls back to the whole file."""
+        if self._tops is None:
+            starts: list[int] = []
+            decorated = False
+            for m in _TOP_RE.finditer(self.text):
+                if not decorated:
+                    starts.append(self.lines.line_of(m.start()))
+                decorated = m.group(0) == "@"
+            self._tops = starts or [1]
+        return self._tops
+
+    def _module_at(self, line: int) -> ast.Module:
+        """``ast`` of the top-level statement holding ``line`` (line numbers as in the file); the whole
+        file when that piece does not parse on its own. SyntaxError when the file does not parse."""
+        if self._whole is not None:
+            return self._whole
+        starts = self._top_starts()
+        i = max(bisect.bisect_right(starts, line) - 1, 0)
+        first = starts[i]
+        if first not in self._trees:
+            last = starts[i + 1] - 1 if i + 1 < len(starts) else self.lines.n_lines
+            piece = self.text[self.lines.line_start(first) : self.lines.line_end(last)]
+            try:
+                tree: ast.Module | None = ast.increment_lineno(ast.parse(piece), first - 1)
+            except SyntaxError:
+                tree = None
+            self._trees[first] = tree
+        tree = self._trees[first]
+        if tree is None:
+            self._whole = tree = ast.parse(self.text)
+        return tree
 
     # -- regions ------------------------------------------------------------------------------
     def _chain(self, line: int) -> list[tuple[ast.stmt, list[ast.stmt]]]:
-        """The statements that contain ``line``, outermost first, each with the list holding it."""
+        """The statements that contain ``line``, outermost first, each with the list holding it
+        (the outermost list is the top-level statement's piece of the module)."""
         chain: list[tuple[ast.stmt, list[ast.stmt]]] = []
-        body: list[ast.stmt] | None = self.tree.body
+        try:
+            body: list[ast.stmt] | None = self._module_at(line).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return chain
         while body is not None:
             hit = next((s for s in body if _holds(s, line)), None)
             if hit is None:

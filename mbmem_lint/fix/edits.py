@@ -97,7 +97,7 @@ def _chained_assign(idx: PyIndex, span: Span) -> ast.Assign | None:
     return stmt if _ast_span(idx, stmt.value) == (span.start, span.end) else None
 
 
-def _ast_span(idx: PyIndex, node: ast.expr | ast.stmt) -> tuple[int, int]:
+def _ast_span(idx: PyIndex, node: ast.expr | ast.stmt | ast.keyword) -> tuple[int, int]:
     lines = idx.lines
     return (lines.byte_column_offset(node.lineno, node.col_offset + 1),
             lines.byte_column_offset(node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1))
@@ -497,6 +497,33 @@ def rename_attribute(write: Write, new_name: str, sources: Sources) -> list[Edit
     return _edit(src, ns.start, ns.end, new_name)
 
 
+def _remove_plain_statement(src: SourceFile, idx: PyIndex, write: Write) -> list[Edit] | None:
+    """:func:`remove_assignment` for the common shape, found with ``ast`` alone (no libcst): an
+    assignment statement on lines of its own (a trailing comment allowed). None for any other
+    shape (``a = 1; b = 2``, ``if x: a = 1``, a keyword argument), which libcst handles."""
+    if write.statement is None:
+        return None
+    sp = idx.loc_span(write.statement)
+    lines = idx.lines
+    first = lines.line_of(sp.start)
+    chain = idx._chain(first)
+    if not chain:
+        return None
+    stmt, body = chain[-1]
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or _ast_span(idx, stmt) != (sp.start, sp.end):
+        return None
+    last = stmt.end_lineno or stmt.lineno
+    if any(s is not stmt and s.lineno <= last and (s.end_lineno or s.lineno) >= first for s in body):
+        return None
+    end = lines.line_end(last, keep_newline=False)
+    after = src.text[sp.end:end].strip()
+    if src.text[lines.line_start(first):sp.start].strip() or (after and not after.startswith("#")):
+        return None
+    if len(chain) > 1 and len(body) == 1:  # alone in its block: the block still needs a statement
+        return [Edit(src.path, sp.start, end, "pass")]
+    return [Edit(src.path, lines.line_start(first), lines.line_end(last), "")]
+
+
 def remove_assignment(write: Write, sources: Sources) -> list[Edit]:
     """Delete the statement (whole line, with its trailing comment) or the ``name=value`` keyword
     argument that made ``write``. A statement alone in its block becomes ``pass``."""
@@ -504,6 +531,13 @@ def remove_assignment(write: Write, sources: Sources) -> list[Edit]:
     idx = py_index(src.text) if src else None
     if src is None or idx is None:
         return []
+    plain = _remove_plain_statement(src, idx, write)
+    if plain is None:
+        plain = _remove_keyword_plain(src, idx, write)
+    return plain if plain is not None else _remove_with_libcst(src, idx, write)
+
+
+def _remove_with_libcst(src: SourceFile, idx: PyIndex, write: Write) -> list[Edit]:
     node = _assignment_node(idx, write)
     if isinstance(node, cst.Arg):
         return _remove_arg(src, idx, node)
@@ -545,30 +579,90 @@ def _remove_arg(src: SourceFile, idx: PyIndex, arg: cst.Arg) -> list[Edit]:
     call = idx.parent(arg)
     if not isinstance(call, cst.Call):
         return []
-    text, lines = src.text, idx.lines
     args = list(call.args)
     i = next((k for k, a in enumerate(args) if a is arg), -1)
     if i < 0:
         return []
-    start = idx.span(arg.keyword or arg.value).start
     v_end = idx.span(arg.value).end
-    end = v_end
-    comma = text.find(",", v_end, idx.span(call).end - 1) if isinstance(arg.comma, cst.Comma) else -1
-    if comma >= 0:
-        end = comma + 1
+    comma = src.text.find(",", v_end, idx.span(call).end - 1) if isinstance(arg.comma, cst.Comma) else -1
+    prev_end = idx.span(args[i - 1].value).end if i > 0 else None
+    return _remove_arg_span(src, idx.lines, idx.span(arg.keyword or arg.value).start, v_end, comma,
+                            idx.span(call).end, prev_end)
+
+
+def _remove_arg_span(src: SourceFile, lines: LineTable, start: int, v_end: int, comma: int, call_end: int,
+                     prev_end: int | None) -> list[Edit]:
+    """Delete the argument ``[start, v_end)`` (its comma at ``comma``, -1 when none) of the call ending
+    at ``call_end``: its whole lines when it has them to itself, else the text up to the next
+    argument (or back to the previous one, ending at ``prev_end``)."""
+    text = src.text
+    end = comma + 1 if comma >= 0 else v_end
     first, last = lines.line_of(start), lines.line_of(end)
     own_line = lines.line_text(first)[: start - lines.line_start(first)].strip() == ""
     rest = text[end : lines.line_end(last, keep_newline=False)].strip()
-    if own_line and (rest == "" or rest.startswith("#")) and idx.span(call).end > lines.line_end(last):
+    if own_line and (rest == "" or rest.startswith("#")) and call_end > lines.line_end(last):
         return [Edit(src.path, lines.line_start(first), lines.line_end(last), "")]
     if comma >= 0:
         while end < len(text) and text[end] in " \t":
             end += 1
         return [Edit(src.path, start, end, "")]
-    if i > 0:
-        prev_end = idx.span(args[i - 1].value).end
+    if prev_end is not None:
         return [Edit(src.path, prev_end, v_end, "")]
     return [Edit(src.path, start, v_end, "")]
+
+
+def _next_token(text: str, pos: int, limit: int) -> int:
+    """Offset of the first character at or after ``pos`` that is not whitespace or a comment."""
+    while pos < limit:
+        ch = text[pos]
+        if ch == "#":
+            nl = text.find("\n", pos, limit)
+            pos = limit if nl < 0 else nl
+        elif ch in " \t\r\n\\":
+            pos += 1
+        else:
+            return pos
+    return limit
+
+
+def _remove_keyword_plain(src: SourceFile, idx: PyIndex, write: Write) -> list[Edit] | None:
+    """:func:`_remove_arg` for a ``name=value`` keyword found with ``ast`` alone (no libcst). None when
+    a parenthesised value or an unusual layout leaves the token boundaries unclear (libcst decides)."""
+    if write.statement is None:
+        return None
+    sp = idx.loc_span(write.statement)
+    chain = idx._chain(idx.lines.line_of(sp.start))
+    if not chain:
+        return None
+    for call in ast.walk(chain[-1][0]):
+        if not isinstance(call, ast.Call):
+            continue
+        for kw in call.keywords:
+            if kw.arg is None or _ast_span(idx, kw) != (sp.start, sp.end):
+                continue
+            text = src.text
+            call_end = _ast_span(idx, call)[1]
+            if not text[:call_end].endswith(")"):
+                return None
+            items: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
+            items.sort(key=lambda n: (n.lineno, n.col_offset))
+            i = next(k for k, n in enumerate(items) if n is kw)
+            v_end = _ast_span(idx, kw.value)[1]
+            nxt = _next_token(text, v_end, call_end)
+            if text[nxt:nxt + 1] == ",":
+                comma = nxt
+            elif nxt == call_end - 1:
+                comma = -1
+            else:
+                return None  # ``name=(value)``: the value's parentheses are not in ast's span
+            prev_end = None
+            if i > 0:
+                prev = items[i - 1]
+                prev_end = _ast_span(idx, prev.value if isinstance(prev, ast.keyword) else prev)[1]
+                if text[_next_token(text, prev_end, call_end):][:1] != ",":
+                    return None
+            return _remove_arg_span(src, idx.lines, sp.start, v_end, comma, call_end, prev_end)
+    return None
 
 
 # --------------------------------------------------------------------------- YAML

@@ -149,8 +149,8 @@ def place(recipe: ResolvedRecipe, path: str, sources: Sources) -> Placement:
 
 
 def _extensible(w: Write, sources: Sources) -> bool:
-    """The value of ``w`` is a call or a dict literal written out, without ``**`` unpacking (which
-    could already carry the name): a keyword or key can be added to it."""
+    """The value of ``w`` is a dict literal, or a call without ``**`` unpacking (which could already
+    carry the keyword): a key or keyword can be added to it."""
     loc = w.location
     src = sources.get(loc.path)
     if src is None or loc.end_line is None or loc.end_column is None:
@@ -164,8 +164,9 @@ def _extensible(w: Write, sources: Sources) -> bool:
         text = "\n".join([lines[loc.line - 1][loc.column - 1 :], *lines[loc.line : loc.end_line - 1],
                           lines[loc.end_line - 1][: loc.end_column - 1]])
     text = text.strip()
-    call = bool(re.match(r"[A-Za-z_][\w.]*\s*\(", text)) and text.endswith(")")
-    return (call or (text.startswith("{") and text.endswith("}"))) and "**" not in text
+    if text.startswith("{") and text.endswith("}"):
+        return True  # a key added last wins over ``**BASE`` unpacked before it
+    return bool(re.match(r"[A-Za-z_][\w.]*\s*\(", text)) and text.endswith(")") and "**" not in text
 
 
 def other_recipes(recipe: ResolvedRecipe, w: Write, sources: Sources) -> tuple[str, ...]:
