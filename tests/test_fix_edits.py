@@ -356,8 +356,8 @@ def test_remove_assignment_shapes() -> None:
 
 
 def _removal_agreement(files: list[Path]) -> tuple[int, int]:
-    """(writes checked, writes the ast-only paths handled): every removal the ast-only paths make is
-    the one the libcst path makes."""
+    """(writes checked, removals the ast-only paths handled): every removal, rename, keyword and dict
+    entry the ast-only paths make is the one the libcst paths make."""
     from mbmem_lint.fix._text import py_index
 
     checked = fast = 0
@@ -384,17 +384,28 @@ def _removal_agreement(files: list[Path]) -> tuple[int, int]:
                 if quick is not None:
                     fast += 1
                     assert quick == E._remove_with_libcst(src, idx, w), (f, w.path)
+                assert E.rename_attribute(w, "zz", {str(f): src}) == E._rename_attribute_libcst(src, idx, w, "zz")
+                sp = idx.loc_span(w.location)
+                value = text[sp.start : sp.end]
+                if value.endswith(")") and "(" in value:
+                    for name in ("zz", "dim", "tensor_model_parallel_size"):
+                        assert (E.add_keyword(w.location, name, "1", {str(f): src})
+                                == E._add_keyword_libcst(src, idx, sp, name, "1")), (f, w.path, name)
+                if value.startswith("{"):
+                    for key in ("ZZ", "PYTORCH_CUDA_ALLOC_CONF", "NCCL_NVLS_ENABLE"):
+                        assert (E._dict_literal_edits(src, idx, w.location, key, "1")
+                                == E._dict_literal_edits_libcst(src, idx, w.location, key, "1")), (f, w.path, key)
     return checked, fast
 
 
-def test_ast_only_removals_agree_with_libcst_on_the_fixtures() -> None:
+def test_ast_only_edits_agree_with_libcst_on_the_fixtures() -> None:
     root = Path(__file__).resolve().parents[1] / "fixtures"
     checked, fast = _removal_agreement(sorted(root.rglob("*.py")))
     assert fast > 0.9 * checked > 100
 
 
 @pytest.mark.corpus
-def test_ast_only_removals_agree_with_libcst_on_the_corpus() -> None:
+def test_ast_only_edits_agree_with_libcst_on_the_corpus() -> None:
     from mbmem_lint.dev.corpus import ensure_corpus
 
     recipes = ensure_corpus() / "megatron" / "bridge" / "recipes"

@@ -11,11 +11,12 @@ import ast
 import bisect
 import re
 from collections.abc import Sequence
-
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from typing import TYPE_CHECKING
 
 from mbmem_lint.diagnostics import Location
+
+if TYPE_CHECKING:  # libcst is imported only when a fix needs it (~0.1 s): most fixes need ast alone
+    import libcst
 from mbmem_lint.records import dataclass
 
 
@@ -112,18 +113,21 @@ class _Region:
     header, so they are taken exactly as they are; the header's nodes are left out."""
 
     def __init__(self, text: str, base: int, indented: bool) -> None:
+        import libcst as cst
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
         prefix = "if 1:\n" if indented else ""
         module = cst.parse_module(prefix + text)
         wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
         lines = LineTable(prefix + text)
         shift = base - len(prefix)
-        outside: set[cst.CSTNode] = {wrapper.module}
+        outside: set[libcst.CSTNode] = {wrapper.module}
         if indented:  # the ``if 1:`` statement, its test and its block
             header = wrapper.module.body[0]
             outside.update((header, header.test, header.body) if isinstance(header, cst.If) else ())
-        self.spans: dict[cst.CSTNode, Span] = {}
-        self.starts: dict[int, list[cst.CSTNode]] = {}
+        self.spans: dict[libcst.CSTNode, Span] = {}
+        self.starts: dict[int, list[libcst.CSTNode]] = {}
         for node, rng in positions.items():
             start = shift + lines.line_start(rng.start.line) + rng.start.column
             if node in outside or start < base:
@@ -134,8 +138,8 @@ class _Region:
         # Parents from one walk over ``children`` (ParentNodeProvider costs ~40% of the metadata
         # time). The region's top statements have none: their block is outside the region
         # (PyIndex.alone_in_block answers for it).
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        stack: list[cst.CSTNode] = [wrapper.module]
+        self.parents: dict[libcst.CSTNode, libcst.CSTNode] = {}
+        stack: list[libcst.CSTNode] = [wrapper.module]
         while stack:
             node = stack.pop()
             for child in node.children:
@@ -190,7 +194,7 @@ class PyIndex:
         self.text = text
         self.lines = line_table(text)
         self._regions: dict[tuple[int, int], _Region] = {}
-        self._owner: dict[cst.CSTNode, _Region] = {}
+        self._owner: dict[libcst.CSTNode, _Region] = {}
         self._tops: list[int] | None = None
         self._trees: dict[int, ast.Module | None] = {}
         self._whole: ast.Module | None = None
@@ -220,9 +224,10 @@ class PyIndex:
         first = starts[i]
         if first not in self._trees:
             last = starts[i + 1] - 1 if i + 1 < len(starts) else self.lines.n_lines
-            piece = self.text[self.lines.line_start(first) : self.lines.line_end(last)]
+            # Blank lines in front give the file's line numbers (ast.increment_lineno walks every node).
+            piece = "\n" * (first - 1) + self.text[self.lines.line_start(first) : self.lines.line_end(last)]
             try:
-                tree: ast.Module | None = ast.increment_lineno(ast.parse(piece), first - 1)
+                tree: ast.Module | None = ast.parse(piece)
             except SyntaxError:
                 tree = None
             self._trees[first] = tree
@@ -287,7 +292,7 @@ class PyIndex:
                 self._owner[node] = region
         return region
 
-    def alone_in_block(self, node: cst.CSTNode) -> bool | None:
+    def alone_in_block(self, node: libcst.CSTNode) -> bool | None:
         """For a statement line starting a region: True when it is the only statement of an indented
         block (deleting it needs a ``pass``), False when it has siblings or sits at module level,
         None when no statement starts there."""
@@ -300,14 +305,14 @@ class PyIndex:
                 return depth > 0 and len(body) == 1
         return None
 
-    def span(self, node: cst.CSTNode) -> Span:
+    def span(self, node: libcst.CSTNode) -> Span:
         return self._owner[node].spans[node]
 
-    def code(self, node: cst.CSTNode) -> str:
+    def code(self, node: libcst.CSTNode) -> str:
         sp = self.span(node)
         return self.text[sp.start : sp.end]
 
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+    def parent(self, node: libcst.CSTNode) -> libcst.CSTNode | None:
         region = self._owner.get(node)
         return region.parents.get(node) if region is not None else None
 
@@ -341,12 +346,12 @@ class PyIndex:
             return alt
         return sp
 
-    def smallest(self, span: Span, types: tuple[type[cst.CSTNode], ...]) -> cst.CSTNode | None:
+    def smallest(self, span: Span, types: tuple[type[libcst.CSTNode], ...]) -> libcst.CSTNode | None:
         """Smallest node of one of ``types`` whose span contains ``span``."""
         region = self._region_at(span.start)
         if region is None:
             return None
-        best: cst.CSTNode | None = None
+        best: libcst.CSTNode | None = None
         best_len = -1
         for node, sp in region.spans.items():
             if isinstance(node, types) and sp.start <= span.start and span.end <= sp.end:
@@ -355,7 +360,7 @@ class PyIndex:
                     best, best_len = node, ln
         return best
 
-    def ancestor(self, node: cst.CSTNode, types: tuple[type[cst.CSTNode], ...]) -> cst.CSTNode | None:
+    def ancestor(self, node: libcst.CSTNode, types: tuple[type[libcst.CSTNode], ...]) -> libcst.CSTNode | None:
         cur = self.parent(node)
         while cur is not None and not isinstance(cur, types):
             cur = self.parent(cur)
@@ -371,7 +376,7 @@ def py_index(text: str) -> PyIndex | None:
     if idx is None:
         try:
             idx = PyIndex(text)
-        except (cst.ParserSyntaxError, SyntaxError, RecursionError, ValueError, MemoryError):
+        except (SyntaxError, RecursionError, ValueError, MemoryError):
             return None
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.pop(next(iter(_CACHE)))
@@ -379,5 +384,5 @@ def py_index(text: str) -> PyIndex | None:
     return idx
 
 
-def first_of(nodes: Sequence[cst.CSTNode]) -> cst.CSTNode | None:
+def first_of(nodes: Sequence[libcst.CSTNode]) -> libcst.CSTNode | None:
     return nodes[0] if nodes else None

@@ -7,26 +7,33 @@ Rules build their :class:`~mbmem_lint.diagnostics.Fix` from these. Every primiti
 * is idempotent: when the file already says what the fix would write, it returns ``[]``;
 * returns ``[]`` rather than guess when the shape is not one it understands.
 
-Python is located with libcst (parsed lazily, only for files being fixed, cached per text);
-YAML with ruamel round-trip positions plus exact text spans (comments, order, quoting survive).
+Python constructs are located with ``ast`` positions of the top-level statement around the edit
+(:mod:`._elements`); libcst, imported only then, handles the shapes whose token boundaries ``ast``
+leaves unclear (``x=(1)``, ``a = 1; b = 2``, one-line compound statements). Tests check that both
+paths give the same edits on the fixtures and corpus files. Where the change goes (the statement
+that set the value, a helper, an override, or an assignment before ``return``) is decided by
+:mod:`.placement`. YAML is edited with ruamel round-trip positions plus exact text spans (comments,
+order, quoting survive). Either way, an edit replaces only the text span it changes.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-from typing import Any
-
-import libcst as cst
+from typing import TYPE_CHECKING, Any
 
 from mbmem_lint.alloc_conf import merge_alloc_conf
 from mbmem_lint.diagnostics import Edit, Location
+from mbmem_lint.fix import _elements as _el
 from mbmem_lint.fix._text import LineTable, PyIndex, Span, indentation, line_table, newline_of, py_index
 from mbmem_lint.fix.placement import Placement, place
 from mbmem_lint.literals import py_literal, yaml_literal
 from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Write, is_known
 from mbmem_lint.sources import SourceFile, Sources
+
+if TYPE_CHECKING:  # imported where a fix needs libcst (most need ast alone)
+    import libcst
 
 __all__ = [
     "set_setting",
@@ -228,42 +235,59 @@ def add_keyword(call_location: Location, name: str, value_src: str, sources: Sou
     if src is None or idx is None:
         return None
     sp = idx.loc_span(call_location)
+    found = _el.innermost(idx, sp, ast.Call)
+    if found is None:
+        return None
+    call, csp = found
+    if csp.start != sp.start and csp.end != sp.end:  # the call must be the value itself, not inside it
+        return None
+    parsed = _el.elements(idx, call, csp)  # type: ignore[arg-type]
+    if parsed is None:
+        return _add_keyword_libcst(src, idx, sp, name, value_src)
+    elems, closer = parsed
+    for el in elems:
+        if el.key == name and not el.star:
+            return _edit(src, el.value.start, el.value.end, value_src)
+        if el.star:  # **kwargs could already carry it: do not guess
+            return None
+    new_arg = f"{name}={value_src}"
+    if not elems:
+        return [Edit(src.path, closer, closer, new_arg)]
+    last = elems[-1]
+    return _append_element(src, idx.lines, last.start, last.value.end, last.comma >= 0, closer, new_arg)
+
+
+def _add_keyword_libcst(src: SourceFile, idx: PyIndex, sp: Span, name: str, value_src: str) -> list[Edit] | None:
+    import libcst as cst
+
+
     call = idx.smallest(sp, (cst.Call,))
     if not isinstance(call, cst.Call):
         return None
     csp = idx.span(call)
-    if csp.start != sp.start and csp.end != sp.end:  # the call must be the value itself, not inside it
+    if csp.start != sp.start and csp.end != sp.end:
         return None
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == name:
             vs = idx.span(arg.value)
             return _edit(src, vs.start, vs.end, value_src)
-        if arg.star:  # **kwargs could already carry it: do not guess
+        if arg.star:
             return None
-    text = src.text
     new_arg = f"{name}={value_src}"
     if not call.args:
         rpar = csp.end - 1
         return [Edit(src.path, rpar, rpar, new_arg)]
-    return _append_element(src, idx, call.args[-1], call.args[-1].comma, csp.end - 1, new_arg, text)
+    last = call.args[-1]
+    return _append_element(src, idx.lines, idx.span(last).start, idx.span(last.value).end,
+                           isinstance(last.comma, cst.Comma), csp.end - 1, new_arg)
 
 
-def _append_element(
-    src: SourceFile,
-    idx: PyIndex,
-    last: cst.CSTNode,
-    last_comma: Any,
-    closer: int,
-    new_elem: str,
-    text: str,
-) -> list[Edit]:
-    """Append ``new_elem`` after ``last`` in a call/dict ending at ``closer`` (offset of ``)``/``}``),
+def _append_element(src: SourceFile, lines: LineTable, last_start: int, v_end: int, has_comma: bool,
+                    closer: int, new_elem: str) -> list[Edit]:
+    """Append ``new_elem`` after the last element (starting at ``last_start``, its value ending at
+    ``v_end``, a comma after it or not) of a call/dict ending at ``closer`` (offset of ``)``/``}``),
     following the layout: one per line (with trailing comma) or inline."""
-    lines = idx.lines
-    value_node = getattr(last, "value", last)
-    v_end = idx.span(value_node).end
-    has_comma = isinstance(last_comma, cst.Comma)
-    last_start = idx.span(last).start
+    text = src.text
     if lines.line_of(closer) == lines.line_of(v_end):
         # closer on the same line as the last element: inline append.
         if has_comma:
@@ -296,45 +320,75 @@ def _append_element(
 # --------------------------------------------------------------------------- env_vars dicts
 
 
-def _dict_at(idx: PyIndex, loc: Location) -> cst.Dict | None:
+def _dict_node(idx: PyIndex, loc: Location) -> tuple[ast.Dict, Span] | None:
+    """The dict literal that is the value at ``loc`` (possibly parenthesised), not one inside it."""
     sp = idx.loc_span(loc)
-    node = idx.smallest(sp, (cst.Dict,))
-    if not isinstance(node, cst.Dict):
+    found = _el.innermost(idx, sp, ast.Dict)
+    if found is None:
         return None
-    dsp = idx.span(node)
-    # The dict must be the value (possibly parenthesised), not something inside it.
+    node, dsp = found
     if sp.start < dsp.start or idx.text[dsp.start : sp.start].strip("( \t\r\n"):
         return None
-    return node
+    return node, dsp  # type: ignore[return-value]
 
 
-def _string_key(elem: cst.BaseDictElement) -> str | None:
-    if isinstance(elem, cst.DictElement) and isinstance(elem.key, cst.SimpleString):
-        val = elem.key.evaluated_value
-        return val if isinstance(val, str) else None
-    return None
+def _dict_literal_edits(src: SourceFile, idx: PyIndex, loc: Location, key: str, value_src: str) -> list[Edit] | None:
+    """Set ``key`` in the dict literal at ``loc``: its entry's value, or a new entry appended with the
+    quote style and layout of the others. None when there is no dict literal there."""
+    found = _dict_node(idx, loc)
+    if found is None:
+        return None
+    d, dsp = found
+    parsed = _el.elements(idx, d, dsp)
+    if parsed is None:
+        return _dict_literal_edits_libcst(src, idx, loc, key, value_src)
+    elems, closer = parsed
+    for el in elems:
+        if el.key == key:
+            return _edit(src, el.value.start, el.value.end, value_src)
+    q = _el.first_key_quote(idx, d)
+    new_elem = f"{q}{key}{q}: {value_src}"
+    if not elems:
+        return [Edit(src.path, dsp.start, closer + 1, "{" + new_elem + "}")]
+    last = elems[-1]
+    return _append_element(src, idx.lines, last.start, last.value.end, last.comma >= 0, closer, new_elem)
 
 
-def _key_quote(d: cst.Dict) -> str:
-    for el in d.elements:
+def _dict_literal_edits_libcst(src: SourceFile, idx: PyIndex, loc: Location, key: str,
+                               value_src: str) -> list[Edit] | None:
+    import libcst as cst
+
+
+    sp = idx.loc_span(loc)
+    d = idx.smallest(sp, (cst.Dict,))
+    if not isinstance(d, cst.Dict):
+        return None
+    dsp = idx.span(d)
+    if sp.start < dsp.start or idx.text[dsp.start : sp.start].strip("( \t\r\n"):
+        return None
+
+    def string_key(el: libcst.BaseDictElement) -> str | None:
         if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
-            return el.key.quote[-1] if el.key.quote else '"'
-    return '"'
+            val = el.key.evaluated_value
+            return val if isinstance(val, str) else None
+        return None
 
-
-def _dict_literal_edits(src: SourceFile, idx: PyIndex, d: cst.Dict, key: str, value_src: str) -> list[Edit]:
+    q = '"'
     for el in d.elements:
-        if _string_key(el) == key and isinstance(el, cst.DictElement):
+        if string_key(el) == key and isinstance(el, cst.DictElement):
             vs = idx.span(el.value)
             return _edit(src, vs.start, vs.end, value_src)
-    q = _key_quote(d)
+    for el in d.elements:
+        if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+            q = el.key.quote[-1] if el.key.quote else '"'
+            break
     new_elem = f"{q}{key}{q}: {value_src}"
-    dsp = idx.span(d)
     closer = src.text.rfind("}", dsp.start, dsp.end)
     if not d.elements:
         return [Edit(src.path, dsp.start, closer + 1, "{" + new_elem + "}")]
     last = d.elements[-1]
-    return _append_element(src, idx, last, last.comma, closer, new_elem, src.text)
+    return _append_element(src, idx.lines, idx.span(last).start, idx.span(last.value).end,
+                           isinstance(last.comma, cst.Comma), closer, new_elem)
 
 
 def set_dict_key(
@@ -365,22 +419,14 @@ def set_dict_key(
             if p.how == "edit":
                 sp = idx.loc_span(w.location)
                 return _edit(src, sp.start, sp.end, value_src)
-            d = _dict_at(idx, w.location) if w.path == dict_path else None
-            if d is not None:
-                return _dict_literal_edits(src, idx, d, key, value_src)
+            edits = _dict_literal_edits(src, idx, w.location, key, value_src) if w.path == dict_path else None
+            if edits is not None:
+                return edits
     if not recipe.config_var:
         return []
     return insert_before_return(
         recipe, f"{recipe.config_var}.{dict_path}[{json.dumps(key)}] = {value_src}", sources
     )
-
-
-def _string_literal_at(idx: PyIndex, loc: Location) -> cst.SimpleString | None:
-    sp = idx.loc_span(loc)
-    node = idx.smallest(sp, (cst.SimpleString,))
-    if isinstance(node, cst.SimpleString) and idx.span(node).start == sp.start:
-        return node
-    return None
 
 
 def extend_alloc_conf(
@@ -400,19 +446,19 @@ def extend_alloc_conf(
     if p.how in ("edit", "extend") and w is not None:
         src = _source(sources, w.location, "python")
         idx = py_index(src.text) if src else None
-        lit: cst.SimpleString | None = None
+        lit: _el.StringLiteral | None = None
         if src is not None and idx is not None:
+            at: Span | None = None
             if p.how == "edit":
-                lit = _string_literal_at(idx, w.location)
-            elif w.path == dict_path and (d := _dict_at(idx, w.location)) is not None:
-                el = next((e for e in d.elements if _string_key(e) == var and isinstance(e, cst.DictElement)), None)
-                lit = el.value if el is not None and isinstance(el.value, cst.SimpleString) else None
-        if src is not None and idx is not None and lit is not None and "\\" not in lit.value:
-            cur = lit.evaluated_value
-            if isinstance(cur, str):
-                sp = idx.span(lit)
-                return _edit(src, sp.start, sp.end,
-                             f"{lit.prefix}{lit.quote}{merge_alloc_conf(cur, option)}{lit.quote}")
+                at = idx.loc_span(w.location)
+            elif w.path == dict_path and (found := _dict_node(idx, w.location)) is not None:
+                parsed = _el.elements(idx, found[0], found[1])
+                el = next((e for e in parsed[0] if e.key == var), None) if parsed else None
+                at = el.value if el is not None else None
+            lit = _el.string_literal(idx, at) if at is not None else None
+        if src is not None and lit is not None:
+            merged = merge_alloc_conf(lit.value, option)
+            return _edit(src, lit.span.start, lit.span.end, f"{lit.prefix}{lit.quote}{merged}{lit.quote}")
     f = recipe.fields.get(path)
     current = f.value if (f is not None and is_known(f.value) and isinstance(f.value, str)) else None
     merged = merge_alloc_conf(current, option)
@@ -449,7 +495,9 @@ def _norm(s: str) -> str:
     return "".join(s.split())
 
 
-def _assignment_node(idx: PyIndex, write: Write) -> cst.CSTNode | None:
+def _assignment_node(idx: PyIndex, write: Write) -> libcst.CSTNode | None:
+    import libcst as cst
+
     loc = write.statement or write.location
     sp = idx.loc_span(loc)
     if write.statement is not None:
@@ -463,6 +511,25 @@ def _assignment_node(idx: PyIndex, write: Write) -> cst.CSTNode | None:
     return node
 
 
+def _ast_assignment(idx: PyIndex, write: Write) -> ast.keyword | ast.Assign | ast.AnnAssign | None:
+    """The ``name=value`` keyword or the assignment statement that made ``write``, from ``ast``
+    (its statement span names it); None when there is no statement span to go by."""
+    if write.statement is None:
+        return None
+    sp = idx.loc_span(write.statement)
+    chain = idx._chain(idx.lines.line_of(sp.start))
+    if not chain:
+        return None
+    nodes = list(ast.walk(chain[-1][0]))
+    for node in nodes:
+        if isinstance(node, ast.keyword) and _el.ast_span(idx, node).start == sp.start:
+            return node
+    for node in nodes:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and _el.ast_span(idx, node).start == sp.start:
+            return node
+    return None
+
+
 def rename_attribute(write: Write, new_name: str, sources: Sources) -> list[Edit]:
     """Rename the written attribute (``cfg.model.recompute_granulariy`` → ``recompute_granularity``)
     or keyword (``LoRA(dimm=8)`` → ``dim=8``). Only the name token changes."""
@@ -470,6 +537,37 @@ def rename_attribute(write: Write, new_name: str, sources: Sources) -> list[Edit
     idx = py_index(src.text) if src else None
     if src is None or idx is None:
         return []
+    node = _ast_assignment(idx, write)
+    if node is None:
+        return _rename_attribute_libcst(src, idx, write, new_name)
+    if isinstance(node, ast.keyword):
+        if node.arg is None:
+            return []
+        start = _el.ast_span(idx, node).start
+        return _edit(src, start, start + len(node.arg), new_name)
+    old = _last_segment(write)
+    chosen: tuple[ast.Attribute, Span] | None = None
+    for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+        if not isinstance(t, ast.Attribute):
+            continue
+        ts = _el.ast_span(idx, t)
+        if write.target_text and _norm(src.text[ts.start : ts.end]) == _norm(write.target_text):
+            chosen = (t, ts)
+            break
+        if chosen is None and t.attr in (old, new_name):
+            chosen = (t, ts)
+    if chosen is None:
+        return []
+    t, ts = chosen
+    if src.text[ts.end - len(t.attr) : ts.end] != t.attr:
+        return _rename_attribute_libcst(src, idx, write, new_name)
+    return _edit(src, ts.end - len(t.attr), ts.end, new_name)
+
+
+def _rename_attribute_libcst(src: SourceFile, idx: PyIndex, write: Write, new_name: str) -> list[Edit]:
+    import libcst as cst
+
+
     node = _assignment_node(idx, write)
     old = _last_segment(write)
     if isinstance(node, cst.Arg):
@@ -477,12 +575,12 @@ def rename_attribute(write: Write, new_name: str, sources: Sources) -> list[Edit
             return []
         ks = idx.span(node.keyword)
         return _edit(src, ks.start, ks.end, new_name)
-    targets: list[cst.BaseExpression] = []
+    targets: list[libcst.BaseExpression] = []
     if isinstance(node, cst.Assign):
         targets = [t.target for t in node.targets]
     elif isinstance(node, cst.AnnAssign):
         targets = [node.target]
-    chosen: cst.Attribute | None = None
+    chosen: libcst.Attribute | None = None
     for t in targets:
         if not isinstance(t, cst.Attribute):
             continue
@@ -538,6 +636,8 @@ def remove_assignment(write: Write, sources: Sources) -> list[Edit]:
 
 
 def _remove_with_libcst(src: SourceFile, idx: PyIndex, write: Write) -> list[Edit]:
+    import libcst as cst
+
     node = _assignment_node(idx, write)
     if isinstance(node, cst.Arg):
         return _remove_arg(src, idx, node)
@@ -575,7 +675,9 @@ def _remove_with_libcst(src: SourceFile, idx: PyIndex, write: Write) -> list[Edi
     return [Edit(src.path, lines.line_start(first), lines.line_end(last), "")]
 
 
-def _remove_arg(src: SourceFile, idx: PyIndex, arg: cst.Arg) -> list[Edit]:
+def _remove_arg(src: SourceFile, idx: PyIndex, arg: libcst.Arg) -> list[Edit]:
+    import libcst as cst
+
     call = idx.parent(arg)
     if not isinstance(call, cst.Call):
         return []
