@@ -411,3 +411,14 @@ def test_ast_only_edits_agree_with_libcst_on_the_corpus() -> None:
     recipes = ensure_corpus() / "megatron" / "bridge" / "recipes"
     checked, fast = _removal_agreement([recipes / "common.py", recipes / "gemma" / "h100" / "gemma3.py"])
     assert fast > 0.9 * checked > 200
+
+
+def test_a_helper_many_recipes_call_names_four_and_more() -> None:
+    from mbmem_lint.fix.placement import place
+
+    recipes = "".join(f"\n\ndef r{i}():\n    cfg = base()\n    _common(cfg)\n    return cfg\n" for i in range(6))
+    text, sources, r = _helper_recipe(HELPER_CODE + recipes)
+    p = place(r, "train.micro_batch_size", sources)  # type: ignore[arg-type]
+    assert p.note() == (" in _common() (recipes/r.py:2); this also changes other recipes that call it: "
+                        "g, r0, r1, r2 and more")
+    assert p.changes_other_recipes

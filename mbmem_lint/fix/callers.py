@@ -11,7 +11,9 @@ name. Only the linted files are read, so recipes elsewhere in the project are no
 
 from __future__ import annotations
 
+import collections
 import re
+from collections.abc import Iterator
 from pathlib import PurePath
 
 from mbmem_lint.records import dataclass, field
@@ -103,23 +105,22 @@ _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Memo:
-    """Direct callers and answers for one run's sources (the same questions recur for every
-    finding in a shared helper)."""
+    """Answers for one run's sources (the same questions recur for every finding in a shared helper)."""
 
     def __init__(self, sources: Sources) -> None:
-        self.sources = sources  # held, so the id below is not reused while this memo lives
-        self.callers: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        self.answers: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.sources = sources  # held, so the identity check below is not fooled by a reused id
+        self.python = sorted(p for p, src in sources.items() if src.kind == "python")
+        self.answers: dict[tuple[str, str, int | None], tuple[list[tuple[str, str]], bool]] = {}
         self._naming: dict[str, list[str]] | None = None
 
     def files_naming(self, name: str) -> list[str]:
-        """The Python files whose text contains the identifier ``name`` (only they can call it)."""
+        """The Python files (in path order) whose text has the identifier ``name``: one pass over all
+        files on first use, instead of a substring search of every file per helper."""
         if self._naming is None:
             self._naming = {}
-            for path, src in self.sources.items():
-                if src.kind == "python":
-                    for ident in set(_IDENT_RE.findall(src.text)):
-                        self._naming.setdefault(ident, []).append(path)
+            for path in self.python:
+                for ident in set(_IDENT_RE.findall(self.sources[path].text)):
+                    self._naming.setdefault(ident, []).append(path)
         return self._naming.get(name, [])
 
 
@@ -132,37 +133,43 @@ def _memo(sources: Sources) -> _Memo:
     return _MEMO[0]
 
 
-def _direct_callers(memo: _Memo, path: str, name: str) -> list[tuple[str, str]]:
-    hit = memo.callers.get((path, name))
-    if hit is not None:
-        return hit
+def _direct_callers(memo: _Memo, path: str, name: str) -> Iterator[tuple[str, str]]:
+    """Functions of the linted files that call ``name`` of ``path``, file by file in path order."""
     stem = _stem(path)
-    out: list[tuple[str, str]] = []
     for src_path in memo.files_naming(name):
         graph = _graph(memo.sources[src_path].text)
         same = src_path == path
-        out += [(src_path, fn) for fn, calls in graph.calls.items()
-                if any(_refers(graph, same, c, stem, name) for c in calls)]
-    memo.callers[(path, name)] = out
-    return out
+        for fn, calls in graph.calls.items():
+            if any(_refers(graph, same, c, stem, name) for c in calls):
+                yield src_path, fn
 
 
-def recipes_running(sources: Sources, path: str, function: str) -> list[tuple[str, str]]:
+def recipes_running(sources: Sources, path: str, function: str,
+                    limit: int | None = None) -> tuple[list[tuple[str, str]], bool]:
     """(file, function) of the public top-level functions of the linted files that call ``function``
-    of ``path``, directly or through other functions; sorted. ``function`` itself is included when
-    it is public (a public helper is also a recipe candidate)."""
+    of ``path``, directly or through other functions (``function`` itself too when it is public: a
+    public helper is also a recipe candidate), and whether that list is complete. Callers are
+    followed breadth-first in file order; with ``limit`` the search stops once that many are found
+    (a helper every recipe calls would otherwise send it through every file)."""
     memo = _memo(sources)
-    hit = memo.answers.get((path, function))
+    key = (path, function, limit)
+    hit = memo.answers.get(key)
     if hit is not None:
-        return list(hit)
+        return list(hit[0]), hit[1]
     seen = {(path, function)}
-    queue = [(path, function)]
-    while queue and len(seen) < MAX_FUNCTIONS:
-        cur = queue.pop()
+    found = [] if function.startswith("_") else [(path, function)]
+    queue = collections.deque([(path, function)])
+    complete = True
+    while queue and complete:
+        cur = queue.popleft()
         for caller in _direct_callers(memo, *cur):
+            if len(seen) >= MAX_FUNCTIONS or (limit is not None and len(found) >= limit):
+                complete = False
+                break
             if caller not in seen:
                 seen.add(caller)
                 queue.append(caller)
-    found = sorted(f for f in seen if not f[1].startswith("_"))
-    memo.answers[(path, function)] = found
-    return list(found)
+                if not caller[1].startswith("_"):
+                    found.append(caller)
+    memo.answers[key] = (found, complete)
+    return list(found), complete

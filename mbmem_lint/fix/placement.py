@@ -26,7 +26,8 @@ from mbmem_lint.resolve.flatten import LazyWrites
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Write
 from mbmem_lint.sources import Sources
 
-MAX_NAMED = 4  # other recipes named in a description ("and N more" after that)
+MAX_NAMED = 4  # other recipes named in a description ("and more" after that)
+MORE = "..."  # in Placement.also: more recipes than those named call the helper
 
 
 def writes_of(recipe: ResolvedRecipe, path: str) -> list[Write]:
@@ -106,11 +107,11 @@ class Placement:
             where = f"in {self.helper}() ({w.location.path}:{w.location.line})"
             if not self.also:
                 return f" {where}, which only this recipe calls"
-            n = len(self.also)
-            names = ", ".join(name.rsplit("::", 1)[-1] for name in self.also[:MAX_NAMED])
-            more = f" and {n - MAX_NAMED} more" if n > MAX_NAMED else ""
-            that = "other recipes that call it" if n != 1 else "other recipe that calls it"
-            return f" {where}; this also changes {n} {that}: {names}{more}"
+            names = [name.rsplit("::", 1)[-1] for name in self.also if name != MORE]
+            if MORE in self.also:
+                return f" {where}; this also changes other recipes that call it: {', '.join(names)} and more"
+            that = "other recipes that call it" if len(names) != 1 else "other recipe that calls it"
+            return f" {where}; this also changes {len(names)} {that}: {', '.join(names)}"
         if self.how == "append" and self.opaque and w is not None:
             return (f"; added before `return`: {w.location.path}:{w.location.line} assigns an object built "
                     "elsewhere")
@@ -170,11 +171,15 @@ def _extensible(w: Write, sources: Sources) -> bool:
 
 
 def other_recipes(recipe: ResolvedRecipe, w: Write, sources: Sources) -> tuple[str, ...]:
-    """The recipes other than ``recipe`` that run the helper function holding ``w``."""
+    """Recipes other than ``recipe`` that run the helper function holding ``w``: up to
+    :data:`MAX_NAMED`, then :data:`MORE` when there are others (the search stops there)."""
     from mbmem_lint.fix.callers import recipes_running
 
     if not w.function:
         return ()
-    found = recipes_running(sources, w.location.path, w.function)
-    return tuple(fn if path == recipe.path else f"{path}::{fn}" for path, fn in found
-                 if not (path == recipe.path and fn == recipe.function))
+    found, complete = recipes_running(sources, w.location.path, w.function, limit=MAX_NAMED + 2)
+    others = [fn if path == recipe.path else f"{path}::{fn}" for path, fn in found
+              if not (path == recipe.path and fn == recipe.function)]
+    if len(others) > MAX_NAMED or not complete:
+        return (*others[:MAX_NAMED], MORE)
+    return tuple(others)
