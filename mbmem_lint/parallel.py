@@ -156,7 +156,7 @@ def _task(work: _Work, index: int) -> TaskResult:
     per_file: PerFile = {}
     if index == YAML_TASK:
         overrides, override_diags = load_overrides(work.found)
-        resolver.resolve_paired(resolver.pair_overrides(overrides))
+        resolver.resolve_overrides(overrides)
         findings += filter_tool_diagnostics(override_diags, work.settings)
         findings += run_checks(result.recipes, overrides, work.settings, sources)
         if estimates is not None:

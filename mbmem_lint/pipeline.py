@@ -120,8 +120,11 @@ def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
     parallel run does not compute them in its workers (the terminal shows only the fix's hint).
     ``want_estimates``: also estimate every recipe (``CheckRun.estimates``, for the GitHub and
     Markdown summaries), file by file as its recipes are checked, in the workers of a parallel run."""
+    import dataclasses
+
     from mbmem_lint.check.engine import run_checks
 
+    options = dataclasses.replace(options, lone_overrides=True)  # an unpaired YAML file is checked alone
     found = discover(paths, settings)
     if settings.cache and not want_estimates:  # the results cache holds findings, not estimates
         return _run_check_cached(found, settings, options, need_edits)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef, override_entries
 from mbmem_lint.diagnostics import Edit
 from mbmem_lint.parse.yaml_overrides import OverrideEntry
-from mbmem_lint.resolve.resolved import Write
+from mbmem_lint.resolve.resolved import Write, is_known
 
 from ._common import closest, fix_rename, py
 from .precision_optimizer import MP_NAMES
@@ -52,6 +53,8 @@ def _unknown_fields(ctx: RuleContext) -> Iterator[Finding]:
         seen.add(key)
         section, _, name = w.path.rpartition(".")
         owner = (w.owner_class or "").rsplit(".", 1)[-1] or section or "ConfigContainer"
+        if ctx.r.partial and section == "model":
+            owner = "any model provider"  # a lone override file: the recipe's provider class is not known
         hints = _schema_suggestions(w.owner_class, name)
         moved = MOVED.get(w.path)
         msg = f"{owner} has no field {name!r}: the assignment creates a dead attribute and does nothing"
@@ -182,4 +185,184 @@ MBM604 = Rule(
 )
 
 
-RULES = [MBM601, MBM602, MBM603, MBM604]
+def _field_schema(owner: str, name: str) -> Any:
+    try:
+        from mbmem_lint.resolve.schema import Schema
+
+        cls = Schema.load().get(owner)
+    except (FileNotFoundError, OSError):
+        return None
+    return cls.fields.get(name) if cls is not None else None
+
+
+def _number_text(value: str, annotation: str) -> str | None:
+    """YAML for a quoted value that is plainly what the annotation wants (``"4"`` for an int)."""
+    from mbmem_lint.resolve.field_types import accepts
+
+    for candidate in (value.strip(), value.strip().lower()):
+        try:
+            parsed: Any = {"true": True, "false": False}.get(candidate)
+            if parsed is None:
+                parsed = float(candidate) if any(c in candidate for c in ".e") else int(candidate)
+        except ValueError:
+            continue
+        if accepts(annotation, parsed):
+            return candidate
+    return None
+
+
+def _override_types(ctx: RuleContext) -> Iterator[Finding]:
+    if not ctx.r.overrides:
+        return  # only override values are set without conversion; Python code is checked by its author's tools
+    from mbmem_lint.resolve.field_types import accepts, kind_of
+
+    for w in ctx.r.writes:
+        if w.origin not in ("yaml", "cli") or not w.valid_field or not w.owner_class or not is_known(w.value):
+            continue
+        if isinstance(w.value, dict) and "_target_" in w.value:
+            continue  # an object instantiated from _target_: MBM606 checks its class
+        name = w.path.rsplit(".", 1)[-1]
+        fs = _field_schema(w.owner_class, name)
+        if fs is None or accepts(fs.type, w.value) is not False:
+            continue
+        owner = w.owner_class.rsplit(".", 1)[-1]
+        if ctx.r.partial and w.path.startswith("model."):
+            owner = "the model provider"  # a lone override file: GPTModelProvider stands in for any provider
+        fix = None
+        entry = _entry_for(ctx, w)
+        if entry is not None and isinstance(w.value, str) and (text := _number_text(w.value, fs.type)) is not None:
+            def build(entry: OverrideEntry = entry, text: str = text) -> list[Edit]:
+                from mbmem_lint.fix import edits
+
+                return list(edits.yaml_set_value(entry, text, ctx.sources))
+
+            fix = ctx.fix(f"write {text} unquoted", "unsafe", build)
+        kind = kind_of(w.value)
+        yield Finding(f"{w.path} = {w.value!r} is {'an' if kind == 'int' else 'a'} {kind}, but the field is `{fs.type}` "
+                      f"({owner}): Bridge sets override values as they are, without conversion", [w.path],
+                      location=w.location, fix=fix)
+
+
+MBM605 = Rule(
+    code="MBM605", name="override-value-type", severity="error",
+    summary="A YAML / --set value whose type the field's annotation does not accept (\"4\" for an int, 1 for a Literal of names).",
+    fields=("<any>",),
+    rationale=("Bridge merges overrides into an untyped OmegaConf copy of the config and setattr()s each value on "
+               "the dataclass; only torch dtypes and a few callables are converted back. A quoted number stays a "
+               "string, so `tensor_model_parallel_size: \"4\"` fails wherever MCore computes with it, and a value "
+               "outside a Literal is kept as given."),
+    sources=(SourceRef("megatron/bridge/training/utils/omegaconf_utils.py:46-80", "silent-rewrite", "OmegaConf.create(base_dict): an untyped DictConfig, merged with the YAML"),
+             SourceRef("megatron/bridge/training/utils/omegaconf_utils.py:454-520", "runtime-crash", "setattr(config_obj, key, value) with no conversion but torch.dtype / callables")),
+    check=_override_types,
+    valid=(Example(py("cfg.model.seq_length = 4096"), yaml="model:\n  tensor_model_parallel_size: 2\n"),),
+    invalid=(Example(py("cfg.model.seq_length = 4096"), yaml='model:\n  tensor_model_parallel_size: "2"  # <-\n'),),
+    fix_applicability="unsafe", fix_description="Write a quoted number or boolean unquoted.",
+    fix_safety="The field receives a number (or bool) instead of a string: the run changes, from failing or misbehaving to using the value.",
+)
+
+
+def _target_names(module: str) -> set[str] | None:
+    """Top-level names a summarised Megatron Bridge module defines or imports; None when the library
+    summary does not hold it, or it star-imports (its names cannot be listed)."""
+    try:
+        from mbmem_lint.resolve.library import LibrarySummary
+
+        library = LibrarySummary.load()
+    except (FileNotFoundError, OSError):
+        return None
+    if not library.has_module(module):
+        return None
+    names: set[str] = set()
+    todo: list[Any] = [library.module_body(module) or []]
+    while todo:
+        node = todo.pop()
+        if not isinstance(node, list) or not node:
+            continue
+        head = node[0]
+        if head in ("def", "class") and isinstance(node[1], str):
+            names.add(node[1])
+        elif head == "from" and len(node) > 3 and isinstance(node[3], list):
+            for item in node[3]:
+                if item[0] == "*":
+                    return None
+                names.add(item[1] or item[0])
+        elif head == "import" and isinstance(node[1], list):
+            names.update((item[1] or item[0]).split(".")[0] for item in node[1])
+        elif head == "assign" and isinstance(node[1], list):
+            names.update(t[1] for t in node[1] if isinstance(t, list) and t[:1] == ["n"])
+        todo.extend(x for x in node[1:] if isinstance(x, list))
+    return names
+
+
+def _declared_classes(section: str) -> list[str] | None:
+    """Qualified classes a ConfigContainer section is declared as (None: not a section or no class)."""
+    try:
+        from mbmem_lint.resolve.schema import CONFIG_CONTAINER, MODEL_BASES, Schema
+
+        schema = Schema.load()
+    except (FileNotFoundError, OSError):
+        return None
+    container = schema.get(CONFIG_CONTAINER)
+    fs = container.fields.get(section) if container is not None else None
+    if fs is None:
+        return None
+    if section == "model":
+        return list(MODEL_BASES)
+    import re
+
+    out = []
+    for ident in re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", fs.type):
+        found = schema.find(ident, module_hint=container.module) if container is not None else None
+        if found is not None:
+            out.append(found.qualname)
+    return out or None
+
+
+def _bad_targets(ctx: RuleContext) -> Iterator[Finding]:
+    from mbmem_lint.resolve.schema import Schema
+
+    for e in override_entries(ctx):
+        target = e.value.get("_target_") if isinstance(e.value, dict) else None
+        if not isinstance(target, str) or e.op == "delete":
+            continue
+        schema = Schema.load()
+        cls = schema.get(target) or schema.find(target)
+        if cls is None and target.startswith("megatron."):
+            module, _, name = target.rpartition(".")
+            names = _target_names(module)
+            if names is not None and name not in names:
+                hint = closest(name, sorted(names))
+                yield Finding(f"_target_ {target!r}: {module} has no {name!r}; Bridge's instantiate fails, logs a "
+                              "warning and applies the other keys to the object already there"
+                              + (f"; did you mean {module}.{hint[0]!r}?" if hint else ""), [e.path], location=e.location)
+            continue
+        declared = _declared_classes(e.path) if cls is not None and "." not in e.path else None
+        if cls is None or declared is None:
+            continue
+        if not any(schema.is_subclass(cls.qualname, d) for d in declared):
+            kinds = " or ".join(sorted({d.rsplit(".", 1)[-1] for d in declared}))
+            yield Finding(f"_target_ {target!r} builds a {cls.name}, but cfg.{e.path} is declared {kinds}: Bridge instantiates "
+                          "and sets it anyway, and training fails where the section is used", [e.path], location=e.location)
+
+
+MBM606 = Rule(
+    code="MBM606", name="override-target-class", severity="error",
+    summary="A YAML / --set `_target_` that does not exist in Megatron Bridge, or builds the wrong class for its section.",
+    fields=("<any>",),
+    rationale=("Bridge instantiates a mapping with `_target_` and setattr()s the result. A class that does not exist "
+               "makes instantiate fail: Bridge logs a warning and merges the remaining keys into the object already "
+               "there (and warns about `_target_` itself), so the intended object is never built. A class of the wrong "
+               "kind (a LoRA config as the optimizer) is set as it is and fails later."),
+    sources=(SourceRef("megatron/bridge/training/utils/omegaconf_utils.py:477-488", "no-effect", "Failed to instantiate ... from _target_ (warning), then the keys are applied to the existing object"),),
+    check=_bad_targets,
+    scope="overrides",
+    valid=(Example(py("cfg.model.seq_length = 4096", base="llama3_8b_peft_config", task="peft"),
+                   yaml="peft:\n  _target_: megatron.bridge.peft.lora.LoRA\n  dim: 8\n"),),
+    invalid=(Example(py("cfg.model.seq_length = 4096"),
+                     yaml="optimizer:\n  _target_: megatron.bridge.peft.lora.LoRA  # <-\n  dim: 8\n"),
+             Example(py("cfg.model.seq_length = 4096"),
+                     yaml="mixed_precision:\n  _target_: megatron.bridge.training.mixed_precision.bf16_mixd  # <-\n")),
+)
+
+
+RULES = [MBM601, MBM602, MBM603, MBM604, MBM605, MBM606]

@@ -63,6 +63,7 @@ SAFETY: dict[str, tuple[str, frozenset[str], str]] = {
     "MBM501": ("unsafe", frozenset(), "the input re-gather changes memory and communication"),
     "MBM601": ("unsafe", frozenset(), "the renamed key starts to take effect"),
     "MBM602": ("safe", frozenset(), "Bridge applies only present keys: the `~key` never did anything"),
+    "MBM605": ("unsafe", frozenset(), "the field gets the number instead of the string"),
     "MBM701": ("display-only", frozenset(), "memory suggestions change the run"),
     "MBM702": ("display-only", frozenset(), "memory suggestions change the run"),
 }

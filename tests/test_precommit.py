@@ -171,6 +171,39 @@ def test_override_alone_is_paired_by_its_comment(hook_repo: Path, work: Path) ->
     assert_failed_with_finding(proc, "conf/override.yaml")
 
 
+# Issue 20's example: an override file that names no recipe, checked on its own values.
+LONE_OVERRIDE = """\
+model:
+  tensor_parallel_size: 4
+  cpu_offloading: true
+  pipeline_model_parallel_size: 4
+"""
+LONE_CLEAN = """\
+train:
+  micro_batch_size: 1
+  global_batch_size: 256
+"""
+
+
+def test_folder_of_unpaired_overrides_is_checked_on_their_own_values(hook_repo: Path, work: Path) -> None:
+    """pre-commit passes a folder's YAML files (no pairing anywhere): each is checked alone, with
+    the info that says how to pair it; the bad one fails the hook with both of its problems."""
+    lone = work / "conf" / "lone"
+    lone.mkdir()
+    (lone / "o.yaml").write_text(LONE_OVERRIDE, encoding="utf-8")
+    (lone / "clean.yaml").write_text(LONE_CLEAN, encoding="utf-8")
+    git(work, "add", "-A")
+    proc = try_repo(hook_repo, work, "conf/lone/o.yaml", "conf/lone/clean.yaml")
+    out = proc.stdout + proc.stderr
+    assert_failed_with_finding(proc, "conf/lone/o.yaml")
+    assert re.search(r"conf/lone/o\.yaml:2:3: MBM601 \[error\] .*did you mean 'tensor_model_parallel_size'", out), out
+    assert re.search(r"conf/lone/o\.yaml:4:\d+: MBM205 \[error\] cpu_offloading=True with pipeline_model_parallel_size=4",
+                     out), out
+    for name in ("o.yaml", "clean.yaml"):
+        assert re.search(rf"conf/lone/{re.escape(name)}:1:1: MBM008 \[info\] checked on its own values", out), out
+    assert not re.search(r"conf/lone/clean\.yaml:\d+:\d+: MBM\d{3} \[(error|warning)\]", out), out
+
+
 def test_git_commit_is_blocked_then_allowed(hook_repo: Path, work: Path, tmp_path: Path) -> None:
     """A real commit through ``pre-commit install``: the bad recipe blocks it, the good one not."""
     rev = git(hook_repo, "rev-parse", "HEAD").strip()

@@ -37,7 +37,9 @@ def rendered_docs() -> dict[str, str]:
         fix = r.fix_applicability or ""
         rows.append(f"| [{r.code}]({fname}) | {r.name} | {r.severity} | {fix} | {r.summary} |")
     index += rows + [""]
-    index += ["`MBM001` rule-crashed (tool diagnostic): a rule raised on a file; the run continues.", ""]
+    index += ["`MBM001` rule-crashed (tool diagnostic): a rule raised on a file; the run continues.", "",
+              "`MBM008` override-file-unpaired (tool diagnostic, info): a YAML override file that names no recipe "
+              "is checked on its own values; the checks that need the recipe run once it is paired.", ""]
     pages["README.md"] = HEADER + "\n".join(index)
     return pages
 

@@ -118,7 +118,7 @@ def run_rules(rules: list[Rule], recipes: list[ResolvedRecipe], overrides: list[
             try:
                 for f in rule.check(ctx):
                     default = ctx.pre_anchor(_culprit(ctx, f.fields)) if f.fields else recipe.location
-                    out.append((_to_diag(rule, f, default, recipe.function, settings), recipe))
+                    out.append((_to_diag(rule, f, default, recipe.function or None, settings), recipe))
             except Exception as exc:  # a broken rule must not stop linting
                 out.append((_crash(rule, recipe.path, recipe.function, exc, recipe.location.line), recipe))
     for of in overrides:

@@ -20,6 +20,15 @@ RULE_MODULES = (
 # Tool/input diagnostics (0xx): emitted by the engine and the parsers, not by catalog rules.
 TOOL_CODES: dict[str, tuple[str, str]] = {
     "MBM001": ("rule-crashed", "A rule raised an exception on this file; linting continued without it."),
+    "MBM007": ("unpaired-override", "The recipe a YAML override file names was not found; the file is checked on "
+                                    "its own values, as if it named none."),
+    "MBM008": ("override-file-unpaired",
+               "A YAML override file names no recipe (no `# mbmem-lint: recipe=FILE::FUNCTION` first line, no "
+               "[tool.mbmem-lint.recipes] entry, no --recipe), so it is checked on its own values: a partial config "
+               "in which everything the file does not set is unknown. Unknown keys (with did-you-mean), value types, "
+               "`~key` deletions, `_target_` classes and combinations the file decides alone (cpu_offloading with "
+               "pipeline_model_parallel_size: 4) are reported; checks that need the recipe (its values, the model "
+               "shape, memory) run once the file is paired. Info, once per file."),
 }
 
 

@@ -127,6 +127,8 @@ class RuleContext:
         f = self.r.fields.get(path)
         if f is not None:
             return f.value
+        if self.r.partial:
+            return UNKNOWN  # an override file on its own: the recipe's values, defaults included, are unknown
         return _schema_default(self.r, path)
 
     def pre(self, path: str) -> Any:
@@ -225,7 +227,7 @@ class RuleContext:
         if isinstance(whole, dict):
             if name in whole:
                 return whole[name]
-            return None
+            return UNKNOWN if self.r.partial else None  # a lone override file: the recipe's env is unknown
         if "env_vars" in self.r.fields and not is_known(whole):
             return UNKNOWN
         return None

@@ -262,6 +262,8 @@ def estimate_recipe(recipe: ResolvedRecipe, *, gpu: str | None = None, world_siz
     Raises :class:`EstimateUnavailable` when the model shape is unknown and
     :class:`~mbmem_lint.estimate.gpus.UnknownGpuError` for an unknown GPU name.
     """
+    if recipe.partial:  # an override file on its own: the recipe's values (its shape, batch, ...) are unknown
+        raise EstimateUnavailable("an override file on its own: memory needs the recipe it is paired with", [])
     # Capacity rules and suggestions ask for the same estimate several times per recipe (an unknown shape
     # too: it is remembered as such).
     cache: dict[Any, Estimate | EstimateUnavailable] = recipe.__dict__.setdefault("_estimate_cache", {})

@@ -148,6 +148,9 @@ class ResolvedRecipe:
     # of the recipe's final ``return`` statement: fixes insert new assignments before it.
     config_var: str | None = None
     return_location: Location | None = None
+    # A YAML override file checked on its own (resolve/partial.py): only what it sets is known; the
+    # recipe's values, defaults included, are unknown. ``path`` is the YAML file, ``function`` "".
+    partial: bool = False
 
     # -- convenience accessors used by rules and the estimator --------------------------
     def get(self, path: str, default: Any = UNKNOWN) -> Any:

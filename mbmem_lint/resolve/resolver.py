@@ -44,6 +44,9 @@ class ResolveOptions:
     recipe_ref: str | None = None  # --recipe FILE::FUNCTION pairing for the YAML files given
     set_overrides: OverrideFile | None = None  # --set dotlist
     apply_runtime: bool = True
+    # check: an override file that names no recipe becomes a partial config of its own values
+    # (resolve/partial.py); resolve and estimate show recipes only.
+    lone_overrides: bool = False
 
 
 @dataclass
@@ -225,8 +228,52 @@ class Resolver:
         envs = self.register(python, own)
         paired = self.pair_overrides(overrides)
         self.resolve_modules(envs, on_file)
-        self.resolve_paired(paired)
+        self.resolve_overrides(overrides, paired)
         return self.result
+
+    def resolve_overrides(self, overrides: list[OverrideFile],
+                          paired: dict[tuple[str, str], list[OverrideFile]] | None = None) -> None:
+        """The recipes the override files name, with the overrides applied; a file that names none
+        (or one that is not found) is checked on its own values (:mod:`.partial`)."""
+        if paired is None:
+            paired = self.pair_overrides(overrides)
+        lost = self.resolve_paired(paired)
+        if self.options.lone_overrides:
+            named = {id(f) for files in paired.values() for f in files}
+            self.resolve_unpaired([f for f in overrides if id(f) not in named], announce=True)
+            self.resolve_unpaired(lost, announce=False)
+
+    def resolve_unpaired(self, files: list[OverrideFile], *, announce: bool) -> None:
+        """Each override file on its own, as a partial config (everything else unknown). ``announce``:
+        say once per file (MBM008, info) that the recipe-dependent checks need a pairing."""
+        from mbmem_lint.resolve.partial import names_config_sections, partial_recipe
+
+        for f in files:
+            if not names_config_sections(f):
+                continue  # not a Megatron Bridge override file (pre-commit passes every staged YAML)
+            if announce:
+                self.result.diagnostics.append(tool_diagnostic(
+                    "MBM008", "override-file-unpaired", "info",
+                    "checked on its own values: the checks that need the recipe (its values, the model's "
+                    "shape, memory) run once the file names it: '# mbmem-lint: recipe=FILE::FUNCTION' as its "
+                    "first line, a [tool.mbmem-lint.recipes] entry in pyproject.toml, or --recipe FILE::FUNCTION",
+                    Location(f.path, 1, 1)))
+            target = resolve_target("", f.path, self.settings, self.options.gpu, self.options.world_size)
+            interp = self._interpreter()
+            try:
+                files_ = [f] + ([self.options.set_overrides] if self.options.set_overrides is not None else [])
+                recipe = partial_recipe(interp, files_, target, self.options.apply_runtime)
+            except (BudgetExceeded, RecursionError):
+                self._too_slow(f.path, "<overrides>")
+                continue
+            except Exception as exc:  # an internal error must not stop the other files
+                self.result.failed.append(f"{f.path}: internal error {exc!r}")
+                self.result.diagnostics.append(tool_diagnostic(
+                    "MBM001", "internal-error", "error",
+                    f"internal error while checking the override file on its own: {type(exc).__name__}: {exc}",
+                    Location(f.path, 1, 1)))
+                continue
+            self.result.recipes.append(recipe)
 
     def register(self, python: list[SourceFile], own: set[str] | None = None) -> list[ModuleEnv]:
         """Register the files (importable from now on); lower the ``own`` ones (all when None) and
@@ -287,8 +334,10 @@ class Resolver:
                 on_file(env.display_path, self.result.recipes[before:])
                 del self.result.recipes[before:]
 
-    def resolve_paired(self, paired: dict[tuple[str, str], list[OverrideFile]]) -> None:
-        """Resolve the recipes named by override files, with those overrides applied."""
+    def resolve_paired(self, paired: dict[tuple[str, str], list[OverrideFile]]) -> list[OverrideFile]:
+        """Resolve the recipes named by override files, with those overrides applied. Returns the
+        files whose recipe was not found (MBM007): they are checked on their own values."""
+        lost: list[OverrideFile] = []
         for (path, function), files in paired.items():
             paired_env = self._env_for_file(path)
             if paired_env is None:
@@ -297,6 +346,7 @@ class Resolver:
                         "MBM007", "unpaired-override", "warning",
                         f"recipe file {path!r} named for this override file was not found; "
                         "its values are checked on their own", Location(f.path, 1, 1)))
+                lost += files
                 continue
             env = paired_env
             interp = self._interpreter()
@@ -310,10 +360,13 @@ class Resolver:
                 for f in files:
                     self.result.diagnostics.append(tool_diagnostic(
                         "MBM007", "unpaired-override", "warning",
-                        f"recipe function {function!r} not found in {path}", Location(f.path, 1, 1)))
+                        f"recipe function {function!r} not found in {path}; the file's values are checked "
+                        "on their own", Location(f.path, 1, 1)))
+                lost += files
                 continue
             for cand in cands:
                 self._resolve_candidate(cand, files)
+        return lost
 
     def _all_candidates(self, env: ModuleEnv) -> list[_Candidate]:
         saved = self.options.function
