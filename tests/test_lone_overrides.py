@@ -121,3 +121,25 @@ def test_parallel_and_cached_runs_check_lone_files_too(tmp_path: Path, mode: str
         code, diags = _check(tmp_path, files)
         assert code == 1
         assert _codes([d for d in diags if d["path"] == "conf/o.yaml"]) == [("MBM008", 1), ("MBM205", 4), ("MBM601", 2)]
+
+
+def test_open_sections_table_matches_the_schema() -> None:
+    from mbmem_lint.resolve.partial import OPEN_SECTIONS, open_sections
+    from mbmem_lint.resolve.schema import Schema
+
+    assert open_sections(Schema.load()) == OPEN_SECTIONS
+
+
+def test_field_types_decide_only_what_the_annotation_says() -> None:
+    from mbmem_lint.resolve.field_types import accepts
+
+    assert accepts("int", "4") is False and accepts("int", 4) is True and accepts("int", 4096.5) is False
+    assert accepts("int", 10000.0) is None  # an integral float: Bridge's own recipes write rotary_base = 10000.0
+    assert accepts("bool", 5) is True and accepts("bool", "yes") is False
+    assert accepts("Optional[Literal['full', 'selective']]", 1) is False
+    assert accepts("Optional[Literal['full', 'selective']]", "full") is True
+    assert accepts("Optional[Literal['full', 'selective']]", None) is True
+    assert accepts("str", None) is None  # not Optional, but recipes set None there
+    assert accepts("Union[int, List[int]]", [1, 2]) is True and accepts("Union[int, List[int]]", "x") is False
+    assert accepts("Optional[Tuple[int, int]]", 512) is None
+    assert accepts("torch.dtype", "bf16") is True and accepts("Optional[Callable]", 3) is None
