@@ -53,7 +53,6 @@ MBM301 = Rule(
     invalid=(Example(py('cfg.model.cuda_graph_impl = "local"  # <-\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True')),),
     fix_applicability="unsafe", fix_description="Switch to cuda_graph_impl='transformer_engine'.",
     fix_safety="Today the run stops before training (Bridge's CUDA-graph guard raises); after the fix it trains: a different run, even where it is the one the recipe meant. Transformer Engine graphs capture differently from local ones.",
-    references=("rules-from-source §2.I, §5 rule 13",),
 )
 
 
@@ -75,7 +74,6 @@ MBM302 = Rule(
     invalid=(Example(py('cfg.model.cuda_graph_scope = ["full_iteration"]  # <-')),),
     fix_applicability="unsafe", fix_description="Set cuda_graph_impl='full_iteration'.",
     fix_safety='Bridge clears the legacy scope today, so the run captures no CUDA graph; the fix turns full-iteration graphs on.',
-    references=("rules-from-source §2.I, §5 rule 13",),
 )
 
 
@@ -100,7 +98,6 @@ MBM303 = Rule(
     invalid=(Example(py('cfg.rng.te_rng_tracker = False\ncfg.model.use_te_rng_tracker = False\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.model.cuda_graph_impl = "transformer_engine"  # <-')),),
     fix_applicability="unsafe", fix_description="Set cfg.rng.te_rng_tracker=True.",
     fix_safety='Today the run stops before training (the GPT provider asserts when the model is built); after the fix it trains: a different run, even where it is the one the recipe meant. The RNG tracker also changes how dropout random numbers are drawn.',
-    references=("rules-from-source §2.I, §5 rule 14",),
 )
 
 
@@ -125,7 +122,6 @@ MBM304 = Rule(
     invalid=(Example(py('cfg.model.cuda_graph_scope = []\ncfg.rng.te_rng_tracker = True\ncfg.model.cuda_graph_impl = "full_iteration"  # <-')),),
     fix_applicability="unsafe", fix_description="Disable check_for_nan_in_loss.",
     fix_safety='Today the run stops before training (Bridge asserts in validate()); after the fix it trains: a different run, even where it is the one the recipe meant. The run then no longer checks the loss for NaNs.',
-    references=("rules-from-source §2.I, §5 rule 15",),
 )
 
 
@@ -160,7 +156,6 @@ MBM305 = Rule(
     check=_graph_recompute,
     valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.model.recompute_granularity = "selective"')),),
     invalid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.model.recompute_granularity = "full"  # <-\ncfg.model.recompute_method = "uniform"\ncfg.model.recompute_num_layers = 1')),),
-    references=("rules-from-source §2.I, §5 rule 16; seed-facts appendix rule I",),
 )
 
 
@@ -202,7 +197,7 @@ MBM306 = Rule(
     invalid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"  # <-\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.env_vars = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}')),),
     fix_applicability="unsafe", fix_description="Add NCCL_GRAPH_REGISTER=0 (an int) to cfg.env_vars.",
     fix_safety='With Transformer Engine graphs the run stops at the start of training today (MCore asserts); the fix also changes how NCCL registers memory for every CUDA-graph implementation.',
-    references=("seed-facts C2, §4.2 items 13-14; appendix rule B; rules-from-source §5 rule 17",),
+    references=('Megatron-LM issue #5474 (the guard failing in CI) and PR #5451 (removed from the local CudaGraphManager; the TE helper keeps it)', 'Megatron Bridge PR #2971 (Llama3 70B SFT OOM fix: expandable_segments:True together with NCCL_GRAPH_REGISTER=0)',)
 )
 
 
@@ -234,7 +229,7 @@ MBM307 = Rule(
     valid=(Example(py('cfg.ddp.nccl_ub = True\ncfg.env_vars = {"NCCL_NVLS_ENABLE": 1}')),),
     invalid=(Example(py('cfg.ddp.nccl_ub = True  # <-\ncfg.env_vars = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}')),),
     versions="raises on torch < 2.11.0a0 (setting torch-version); info on newer torch",
-    references=("seed-facts C1, §4.2 items 7-8; appendix rule A; rules-from-source §5 rule 18",),
+    references=('Megatron-LM MR !3599 (the ValueError) and PR #4492 (limited to torch < 2.11)', 'PyTorch PR #148374 (torch.cuda.MemPool does not support expandable segments)',)
 )
 
 
@@ -253,7 +248,6 @@ MBM308 = Rule(
     check=_nvls,
     valid=(Example(py('cfg.ddp.nccl_ub = False\ncfg.env_vars = {"NCCL_NVLS_ENABLE": 0}')),),
     invalid=(Example(py('cfg.env_vars = {"NCCL_NVLS_ENABLE": 0}\ncfg.ddp.nccl_ub = True  # <-')),),
-    references=("rules-from-source §2.L, §3.4 item 5, §5 rule 18",),
 )
 
 
@@ -278,7 +272,6 @@ MBM309 = Rule(
     invalid=(Example(py('cfg.env_vars["NCCL_GRAPH_REGISTER"] = False  # <-')),),
     fix_applicability="unsafe", fix_description="Replace True/False by 1/0.",
     fix_safety="The process sees '1'/'0' instead of 'True'/'False': readers that compare exact strings or parse integers behave differently.",
-    references=("rules-from-source §3.1, §5 rule 19",),
 )
 
 
@@ -317,7 +310,7 @@ MBM310 = Rule(
     invalid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:true"  # <-')),),
     fix_applicability="unsafe", fix_description="Capitalise the boolean.",
     fix_safety="Today the run stops before training (PyTorch's allocator raises at the first CUDA allocation); after the fix it trains: a different run, even where it is the one the recipe meant. The option then takes effect.",
-    references=("seed-facts §5, §4.2 item 15; appendix rule G",),
+    references=("PyTorch CUDA notes, 'Optimizing memory usage with PYTORCH_ALLOC_CONF'; c10/core/AllocatorConfig.cpp (booleans are True or False)", 'pytorch/torchtitan issue #3306',)
 )
 
 
@@ -351,7 +344,7 @@ MBM311 = Rule(
     valid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"')),),
     invalid=(Example(py('cfg.env_vars["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"  # <-')),),
     versions="torch 2.9.1 ignores PYTORCH_ALLOC_CONF for CUDA; fixed in 2.11",
-    references=("seed-facts §4.2 item 20, §5; appendix rule G",),
+    references=('PyTorch issue #183387 (PYTORCH_ALLOC_CONF=expandable_segments:True ignored for CUDA in torch 2.9.1, fixed in 2.11)', 'PyTorch CUDA notes: PYTORCH_CUDA_ALLOC_CONF is the deprecated alias of PYTORCH_ALLOC_CONF',)
 )
 
 
@@ -381,7 +374,7 @@ MBM312 = Rule(
     check=_ignored_opts,
     valid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"')),),
     invalid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True,max_split_size_mb:512"  # <-')),),
-    references=("seed-facts §5, §4.2 item 17; appendix rule G",),
+    references=('PyTorch issue #119452 and PR #134338 (max_split_size_mb with expandable segments)', 'PyTorch CUDA notes: backend:cudaMallocAsync ignores max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold',)
 )
 
 
@@ -404,7 +397,7 @@ MBM313 = Rule(
     check=_unknown_opt,
     valid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True,graph_capture_record_stream_reuse:True"')),),
     invalid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segment:True"  # <-')),),
-    references=("seed-facts §5",),
+    references=("PyTorch CUDA notes, 'Optimizing memory usage with PYTORCH_ALLOC_CONF' (the options); c10/core/AllocatorConfig.cpp",)
 )
 
 
@@ -437,7 +430,7 @@ MBM314 = Rule(
     invalid=(Example(py('cfg.env_vars = {"TORCH_NCCL_AVOID_RECORD_STREAMS": 1}  # <-')),),
     fix_applicability="unsafe", fix_description="Add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and NCCL_GRAPH_REGISTER=0 with CUDA graphs).",
     fix_safety='Expandable segments change how the CUDA caching allocator maps memory (fragmentation, peak reserved memory).',
-    references=("seed-facts §1.2, §2.1, §4.1",),
+    references=('Megatron Bridge PRs #2971, #3107, #3706, #3767, #3780: fragmentation OOMs fixed by expandable_segments:True (Llama3 70B SFT on 32x H100: no throughput change, where TP8 cost 28.4%)',)
 )
 
 
@@ -461,7 +454,6 @@ MBM315 = Rule(
     check=_dropped_common,
     valid=(Example(py('cfg.env_vars = {**COMMON_RECIPE_ENV_VARS, "CUDA_DEVICE_MAX_CONNECTIONS": 32}', imports=ES_IMPORT)),),
     invalid=(Example(py('cfg.env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": 32}  # <-')),),
-    references=("rules-from-source §3.1, §5 rule 19",),
 )
 
 RULES = [MBM301, MBM302, MBM303, MBM304, MBM305, MBM306, MBM307, MBM308, MBM309, MBM310, MBM311, MBM312,

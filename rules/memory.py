@@ -79,7 +79,7 @@ MBM701 = Rule(
     invalid=(Example(py("cfg.train.micro_batch_size = 64  # <-", base=SMALL, gpus=8)),),
     fix_applicability="display-only", fix_description="Cheapest memory fix first (allocator, recompute, MBS, PP), annotated with the saving.",
     fix_safety="A memory suggestion changes the run's layout, batch, recompute or allocator: shown as a quoted diff to review, never applied.",
-    references=("seed-facts §1.1, §6; appendix rule J",),
+    references=("GPU capacity as PyTorch / nvidia-smi report it, per GPU with its source in mbmem_lint/data/gpus.json (H100 80GB: 79.1 GiB, 'total capacity of 79.10 GiB', vLLM #27508)", 'Megatron Bridge PR #3910 (estimate_training_memory)',)
 )
 
 MBM702 = Rule(
@@ -97,7 +97,7 @@ MBM702 = Rule(
     invalid=(Example(py("cfg.train.micro_batch_size = 1  # <-", base=SMALL, gpus=8), settings={"headroom-margin": 0.95}),),
     fix_applicability="display-only", fix_description="Cheapest memory fix first, annotated with the saving.",
     fix_safety="A memory suggestion changes the run's layout, batch, recompute or allocator: shown as a quoted diff to review, never applied.",
-    references=("seed-facts §2.1, §4.5, §6; appendix rule J",),
+    references=('Megatron Bridge PR #3107 (Llama3 70B SFT on 32x H100: a 58.8 GB peak OOMed in 30-60% of runs without expandable segments)', 'Megatron Bridge docs/performance-guide.md (CUDA graphs take a few GB, over 10 GB with PP>1)',)
 )
 
 def _regression(ctx: RuleContext) -> Iterator[Finding]:
@@ -149,7 +149,7 @@ MBM703 = Rule(
                    base=py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8)),),
     invalid=(Example(py("cfg.train.micro_batch_size = 4  # <-", base=SMALL, gpus=8),
                      base=py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8)),),
-    references=("seed-facts §1.2 (regression threshold 5% in the perf table)",),
+    references=('NVIDIA/skills nemo-mbridge-perf-memory-tuning card.yaml: a 5% regression threshold for the Llama3 70B perf case (Megatron Bridge PR #3107)',)
 )
 
 RULES = [MBM701, MBM702, MBM703]

@@ -95,7 +95,7 @@ MBM501 = Rule(
                         base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),),
     fix_applicability="unsafe", fix_description="Add sequence_parallel_input_regather=True to the LoRA config.",
     fix_safety='Numerics are unchanged, but the run keeps a smaller activation and re-gathers it in backward: different memory and communication.',
-    references=("seed-facts §1.2, §1.3, §2.2, §4.3; appendix rule E",),
+    references=('Megatron Bridge PR #4581 (adds sequence_parallel_input_regather; on H100: Qwen3-8B TP2 47.5 -> 42.8 GB at -6.7% throughput, Qwen3-30B-A3B -1.6 GB, GPT-OSS-120B -0.8 GB)',)
 )
 
 
@@ -120,7 +120,7 @@ MBM502 = Rule(
     valid=(Example(py("cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.peft = LoRA(dim=8, sequence_parallel_input_regather=True)",
                       base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),),
     invalid=(Example(py("cfg.peft = LoRA(dim=8, sequence_parallel_input_regather=True)  # <-", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),),
-    references=("seed-facts C5; appendix rule D; rules-from-source §2.O, §5 rule 29",),
+    references=('Megatron Bridge PR #4581 (the re-gather and its eligibility gates)',)
 )
 
 
@@ -144,7 +144,6 @@ MBM503 = Rule(
     check=_unsupported_peft,
     valid=(Example(py("cfg.peft = DoRA(dim=8)", base=PEFT, task="peft", gpus=1, imports=DORA_IMPORT)),),
     invalid=(Example(py("cfg.peft = DoRA(dim=8, sequence_parallel_input_regather=True)  # <-", base=PEFT, task="peft", gpus=1, imports=DORA_IMPORT)),),
-    references=("rules-from-source §2.O, §5 rule 29",),
 )
 
 
@@ -192,7 +191,6 @@ MBM504 = Rule(
         Example(py('cfg.peft = LoRA(dim=8)\ncfg.checkpoint.pretrained_checkpoint = None  # <-', base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT),
                 yaml="train:\n  train_iters: 100\n"),
     ),
-    references=("rules-from-source §2.O, §5 rule 29",),
 )
 
 
@@ -219,7 +217,6 @@ MBM505 = Rule(
     check=_peft_modules,
     valid=(Example(py('cfg.peft = LoRA(target_modules=["linear_qkv", "linear_proj"])', base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),),
     invalid=(Example(py('cfg.peft = DoRA(dim=8, dropout_position="post")  # <-', base=PEFT, task="peft", gpus=1, imports=DORA_IMPORT)),),
-    references=("rules-from-source §2.O",),
 )
 
 
@@ -243,7 +240,6 @@ MBM506 = Rule(
     check=_normalize_moe,
     valid=(Example(py("cfg.peft = LoRA(dim=8)", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),),
     invalid=(Example(py("cfg.model.moe_router_topk = 3\ncfg.peft = LoRA(dim=8, normalize_moe_lora=True)  # <-", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),),
-    references=("rules-from-source §2.O",),
 )
 
 RULES = [MBM501, MBM502, MBM503, MBM504, MBM505, MBM506]

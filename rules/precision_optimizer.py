@@ -104,7 +104,6 @@ MBM401 = Rule(
     invalid=(Example(py("cfg.ddp.use_distributed_optimizer = False\ncfg.optimizer.use_distributed_optimizer = False\ncfg.ddp.overlap_param_gather = True  # <-")),),
     fix_applicability="unsafe", fix_description="Turn overlap_param_gather off.",
     fix_safety='Today the first training step fails (with DP>1); after the fix the parameter all-gather is no longer overlapped with compute.',
-    references=("rules-from-source §2.J, §5 rule 20",),
 )
 
 
@@ -136,7 +135,6 @@ MBM402 = Rule(
     invalid=(Example(py("cfg.optimizer.use_distributed_optimizer = False\ncfg.optimizer.use_precision_aware_optimizer = True  # <-")),),
     fix_applicability="unsafe", fix_description="Set cfg.optimizer.use_distributed_optimizer=True.",
     fix_safety='Today the run stops before training (OptimizerConfig asserts before Bridge syncs the flags); after the fix it trains: a different run, even where it is the one the recipe meant. The optimizer state is then sharded over data-parallel ranks.',
-    references=("rules-from-source §2.M, §5 rule 21",),
 )
 
 _DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
@@ -165,7 +163,6 @@ MBM403 = Rule(
     invalid=(Example(py("cfg.optimizer.exp_avg_dtype = torch.bfloat16  # <-", imports="import torch")),),
     fix_applicability="unsafe", fix_description="Enable the precision-aware optimizer.",
     fix_safety='Today the run stops before training (OptimizerConfig asserts); after the fix it trains: a different run, even where it is the one the recipe meant. The precision-aware optimizer keeps master weights and moments in the requested dtypes.',
-    references=("rules-from-source §2.M, §5 rule 21",),
 )
 
 
@@ -202,7 +199,7 @@ MBM404 = Rule(
     invalid=(Example(py("cfg.optimizer.use_distributed_optimizer = True\ncfg.ddp.use_distributed_optimizer = False  # <-")),),
     fix_applicability="safe", fix_description="Set the False flag to True (the effective runtime value).",
     fix_safety='Bridge turns both flags on when either is on: the False the fix edits never took effect.',
-    references=("seed-facts C4, §4.7 item 36; appendix rule F; rules-from-source §5 rule 22",),
+    references=('Megatron Bridge issue #2302 (disabling the distributed optimizer needs both flags)',)
 )
 
 MBM405 = Rule(
@@ -221,7 +218,6 @@ MBM405 = Rule(
     invalid=(Example(py("cfg.ddp.overlap_param_gather = True\ncfg.optimizer.overlap_param_gather = False  # <-")),),
     fix_applicability="safe", fix_description="Set the False flag to True.",
     fix_safety='Bridge sets both overlap_param_gather flags to True when either is: the False the fix edits never took effect.',
-    references=("rules-from-source §2.J, §5 rule 22",),
 )
 
 
@@ -314,7 +310,6 @@ MBM406 = Rule(
                      "(building the preset object first when cfg.mixed_precision is a preset name), which changes the "
                      "run. No fix for a --set item."),
     fix_safety='cfg.mixed_precision overwrites the field before training: deleting the dead assignment leaves the run as it was.',
-    references=("rules-from-source §1.4, §2.M, §5 rule 23",),
 )
 
 
@@ -335,7 +330,6 @@ MBM407 = Rule(
     valid=(Example(py("cfg.mixed_precision = bf16_mixed()", imports="from megatron.bridge.training.mixed_precision import bf16_mixed")),),
     invalid=(Example(py("cfg.mixed_precision = bf16_mixed()\ncfg.mixed_precision.autocast_enabled = True  # <-",
                         imports="from megatron.bridge.training.mixed_precision import bf16_mixed")),),
-    references=("rules-from-source §1.4, §5 rule 23",),
 )
 
 _CO_MODEL_DEFAULTS: dict[str, Any] = {"tp_comm_overlap": False, "defer_embedding_wgrad_compute": False, "wgrad_deferral_limit": -1,
@@ -394,7 +388,6 @@ MBM408 = Rule(
                         imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig")),),
     fix_applicability="safe", fix_description="Delete the dead assignment; the note says how to keep the value instead (set it on cfg.comm_overlap, which changes the run).",
     fix_safety='CommOverlapConfig.setup() overwrites the field before training: deleting the dead assignment leaves the run as it was.',
-    references=("rules-from-source §1.5, §2.N, §5 rule 24",),
 )
 
 
@@ -421,7 +414,6 @@ MBM409 = Rule(
                       imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig")),),
     invalid=(Example(py("cfg.ddp.use_distributed_optimizer = False\ncfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False, overlap_grad_reduce=True)  # <-",
                         imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig")),),
-    references=("rules-from-source §2.J, §5 rule 24",),
 )
 
 
@@ -470,7 +462,6 @@ MBM410 = Rule(
     invalid=(Example(py('cfg.checkpoint.save = "/ckpt"\ncfg.checkpoint.ckpt_format = "torch_dist"\ncfg.ddp.data_parallel_sharding_strategy = "optim_grads_params"\ncfg.ddp.use_megatron_fsdp = True  # <-')),),
     fix_applicability="unsafe", fix_description="For the checkpoint format: set ckpt_format='fsdp_dtensor'.",
     fix_safety='Today the run stops before training (Bridge asserts the Megatron-FSDP requirements); after the fix it trains: a different run, even where it is the one the recipe meant. The checkpoint format also changes what is written to disk.',
-    references=("rules-from-source §2.K, §5 rule 25; seed-facts §1.5",),
 )
 
 
@@ -492,7 +483,6 @@ MBM411 = Rule(
     invalid=(Example(py('cfg.ddp.use_megatron_fsdp = True\ncfg.checkpoint.ckpt_format = "fsdp_dtensor"\ncfg.ddp.data_parallel_sharding_strategy = "no_shard"  # <-')),),
     fix_applicability="display-only", fix_description="Use 'optim_grads_params' sharding.",
     fix_safety='Sharding changes what every rank holds (memory, communication): a suggestion to review, never applied.',
-    references=("rules-from-source §5 rule 25",),
 )
 
 
@@ -536,7 +526,6 @@ MBM412 = Rule(
                         imports="from megatron.bridge.training.mixed_precision import bf16_with_mxfp8_mixed")),),
     fix_applicability="unsafe", fix_description="Set cfg.mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=True.",
     fix_safety="With fp8_param_gather the run stops in validate() today (Bridge asserts); without it, reusing the gradient buffer changes the run's memory.",
-    references=("rules-from-source §2.M, §5 rule 26",),
 )
 
 
@@ -581,7 +570,6 @@ MBM413 = Rule(
     valid=(Example(py('cfg.mixed_precision = "bf16_with_fp8_current_scaling_mixed"')),),
     invalid=(Example(py('cfg.mixed_precision = bf16_mixed()\ncfg.mixed_precision.fp8_param = True  # <-',
                         imports="from megatron.bridge.training.mixed_precision import bf16_mixed")),),
-    references=("rules-from-source §2.M, §5 rule 26",),
 )
 
 _SFT_DATASETS = ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatasetConfig", "MockVLMSFTDatasetConfig")
@@ -610,7 +598,6 @@ MBM414 = Rule(
     invalid=(Example(py("cfg.model.context_parallel_size = 2\ncfg.model.calculate_per_token_loss = False  # <-", base="llama3_8b_sft_config", task="sft")),),
     fix_applicability="unsafe", fix_description="Set calculate_per_token_loss=True / average_in_collective=False.",
     fix_safety='Today the run stops before training (Bridge asserts on the loss settings for finetuning with CP>1); after the fix it trains: a different run, even where it is the one the recipe meant. The loss is also reduced differently (per token, or outside the collective).',
-    references=("rules-from-source §2.D, §5 rule 27",),
 )
 
 
@@ -659,7 +646,6 @@ MBM415 = Rule(
     check=_ep_overlap,
     valid=(Example(py("cfg.model.delay_wgrad_compute = False")),),
     invalid=(Example(py("cfg.model.delay_wgrad_compute = True  # <-")),),
-    references=("rules-from-source §2.N, §5 rule 28",),
 )
 
 
@@ -703,7 +689,6 @@ MBM416 = Rule(
                    imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig"),
                 note="info: explicit request at TP=1"),
     ),
-    references=("rules-from-source §2.B",),
 )
 
 
@@ -723,7 +708,6 @@ MBM417 = Rule(
     check=_bf16_fp16,
     valid=(Example(py("cfg.mixed_precision = bf16_mixed()", imports="from megatron.bridge.training.mixed_precision import bf16_mixed")),),
     invalid=(Example(py("cfg.mixed_precision = bf16_mixed()\ncfg.mixed_precision.fp16 = True  # <-", imports="from megatron.bridge.training.mixed_precision import bf16_mixed")),),
-    references=("rules-from-source §2.M",),
 )
 
 
@@ -752,7 +736,6 @@ MBM418 = Rule(
     invalid=(Example(py('cfg.model.cross_entropy_loss_fusion = True\ncfg.env_vars["NCCL_ALGO"] = "Ring"\ncfg.model.deterministic_mode = True  # <-')),),
     fix_applicability="unsafe", fix_description="Disable the fused cross entropy.",
     fix_safety='Today the run stops before training (Bridge asserts in validate()); after the fix it trains: a different run, even where it is the one the recipe meant. The unfused cross entropy (or NCCL algorithm) also changes speed.',
-    references=("rules-from-source §2.P",),
 )
 
 
@@ -818,7 +801,7 @@ MBM419 = Rule(
                         base="llama3_70b_pretrain_config", gpus=64,
                         imports="from megatron.bridge.training.comm_overlap import CommOverlapConfig, "
                                 "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")),),
-    references=("recipe-shapes §1.8, §6",),
+    references=('megatron/bridge/training/comm_overlap.py: the userbuffers_* presets, named for the shape they were tuned for',)
 )
 
 

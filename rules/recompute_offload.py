@@ -44,7 +44,6 @@ MBM201 = Rule(
     invalid=(Example(py('cfg.model.recompute_granularity = "full"  # <-')),),
     fix_applicability="unsafe", fix_description="Add recompute_method='uniform' and recompute_num_layers=1 (review the layer count).",
     fix_safety='Today the run stops before training (TransformerConfig raises); after the fix it trains: a different run, even where it is the one the recipe meant. The method and layer count it picks decide memory and speed: review them.',
-    references=("rules-from-source §2.G, §5 rule 10",),
 )
 
 
@@ -65,7 +64,6 @@ MBM202 = Rule(
     invalid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.recompute_num_layers = 2  # <-')),),
     fix_applicability="unsafe", fix_description="Set recompute_num_layers=None.",
     fix_safety='Today the run stops before training (TransformerConfig raises for selective recompute with a layer count); after the fix it trains: a different run, even where it is the one the recipe meant.',
-    references=("rules-from-source §2.G, §5 rule 10",),
 )
 
 
@@ -104,7 +102,6 @@ MBM203 = Rule(
     check=_recompute_values,
     valid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.recompute_modules = ["core_attn", "mlp"]')),),
     invalid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.recompute_modules = ["core_attention"]  # <-')),),
-    references=("rules-from-source §2.G, §5 rule 10",),
 )
 
 
@@ -125,7 +122,6 @@ MBM204 = Rule(
     invalid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.recompute_method = "uniform"  # <-')),),
     fix_applicability="safe", fix_description="Remove the ignored recompute_method.",
     fix_safety='The selective-recompute path never reads recompute_method: setting it to None changes nothing the run does.',
-    references=("rules-from-source §2.G, §5 rule 10",),
 )
 
 
@@ -134,7 +130,7 @@ def _offload_pp(ctx: RuleContext) -> Iterator[Finding]:
     if ctx.is_true(OFF) and pp is not None and pp > 1:
         yield Finding(f"cpu_offloading=True with pipeline_model_parallel_size={pp}: MCore has no CPU offloading with PP",
                       [OFF, PP], fix=fix_set(ctx, OFF, "False", "turn cpu_offloading off", "unsafe"),
-                      notes=["The memory-tuning skill's CPU-offload attempts on Llama3 70B (PP4) all failed with this ValueError."])
+                      notes=["Megatron Bridge PR #3107: offloading 2, 4 or 6 layers of Llama3 70B at PP4 all failed with this ValueError."])
 
 
 MBM205 = Rule(
@@ -148,7 +144,7 @@ MBM205 = Rule(
     invalid=(Example(py("cfg.model.pipeline_model_parallel_size = 2\ncfg.model.cpu_offloading = True  # <-\ncfg.model.cpu_offloading_num_layers = 4")),),
     fix_applicability="unsafe", fix_description="Turn cpu_offloading off (changes memory behaviour).",
     fix_safety='Today the run stops before training (MCore raises for CPU offloading with PP>1); after the fix it trains: a different run, even where it is the one the recipe meant. Turning offloading off also changes activation memory.',
-    references=("seed-facts C3, §4.4 (MB #2992); appendix rule C; rules-from-source §5 rule 11",),
+    references=('Megatron Bridge issue #2992 / PR #3144 (offloading enabled by a layer count of 0, then this error at PP>1)', 'Megatron Bridge PR #3107 (Llama3 70B at PP4: offloading 2, 4 or 6 layers all failed with this error)',)
 )
 
 
@@ -188,7 +184,7 @@ MBM206 = Rule(
     check=_offload_conflicts,
     valid=(Example(py("cfg.model.cpu_offloading = True\ncfg.model.cpu_offloading_num_layers = 4")),),
     invalid=(Example(py('cfg.model.recompute_granularity = "selective"\ncfg.model.cpu_offloading = True  # <-')),),
-    references=("seed-facts §1.5, §4.4 (MB #2684); appendix rule C; rules-from-source §5 rule 11",),
+    references=('Megatron Bridge issue #2684 (CPU offloading enabled with nothing to offload)',)
 )
 
 
@@ -209,7 +205,7 @@ MBM207 = Rule(
     check=_offload_layers_ignored,
     valid=(Example(py("cfg.model.cpu_offloading = True\ncfg.model.cpu_offloading_num_layers = 4")),),
     invalid=(Example(py("cfg.model.cpu_offloading_num_layers = 4  # <-")),),
-    references=("rules-from-source §2.H; seed-facts §4.4 (MB #2992)",),
+    references=('Megatron Bridge issue #2992 / PR #3144 (cpu_offloading_num_layers and cpu_offloading)',)
 )
 
 
@@ -237,7 +233,6 @@ MBM208 = Rule(
     versions="Transformer Engine ≥ 2.10 (assumed; the TE version is not configurable)",
     fix_applicability="unsafe", fix_description="Add NVTE_CPU_OFFLOAD_V1=1 to cfg.env_vars.",
     fix_safety="Today the run stops before training (Bridge raises without NVTE_CPU_OFFLOAD_V1=1); after the fix it trains: a different run, even where it is the one the recipe meant. The variable also selects Transformer Engine's offload implementation.",
-    references=("rules-from-source §2.H, §5 rule 12",),
 )
 
 
@@ -278,7 +273,6 @@ MBM209 = Rule(
     check=_fgao_config,
     valid=(Example(py('cfg.model.fine_grained_activation_offloading = True\ncfg.model.offload_modules = ["core_attn", "attn_proj"]\ncfg.env_vars["NVTE_CPU_OFFLOAD_V1"] = 1')),),
     invalid=(Example(py('cfg.model.fine_grained_activation_offloading = True\ncfg.model.offload_modules = ["attn_proj"]  # <-\ncfg.env_vars["NVTE_CPU_OFFLOAD_V1"] = 1')),),
-    references=("rules-from-source §2.H, §5 rule 12",),
 )
 
 
@@ -301,7 +295,6 @@ MBM210 = Rule(
     invalid=(Example(py('cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.model.recompute_granularity = "full"\ncfg.model.recompute_method = "uniform"\ncfg.model.recompute_num_layers = 1\ncfg.model.distribute_saved_activations = True  # <-')),),
     fix_applicability="unsafe", fix_description="Set distribute_saved_activations=False.",
     fix_safety='Today the run stops before training (MCore raises for the combination); after the fix it trains: a different run, even where it is the one the recipe meant. Saved activations are then no longer distributed over TP ranks by this option.',
-    references=("rules-from-source §2.G",),
 )
 
 
@@ -326,7 +319,6 @@ MBM211 = Rule(
     check=_optimizer_offload,
     valid=(Example(py("cfg.optimizer.optimizer_cpu_offload = True\ncfg.optimizer.optimizer_offload_fraction = 0.5")),),
     invalid=(Example(py("cfg.optimizer.optimizer_cpu_offload = True\ncfg.optimizer.decoupled_weight_decay = False  # <-")),),
-    references=("rules-from-source §2.H; seed-facts §1.5",),
 )
 
 RULES = [MBM201, MBM202, MBM203, MBM204, MBM205, MBM206, MBM207, MBM208, MBM209, MBM210, MBM211]

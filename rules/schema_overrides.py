@@ -13,7 +13,10 @@ from mbmem_lint.resolve.resolved import Write, is_known
 from ._common import closest, fix_rename, py
 from .precision_optimizer import MP_NAMES
 
-# Fields that moved or never existed, with where the value belongs (rules-from-source §1.11 of recipe-shapes).
+# Fields that moved or never existed, with where the value belongs: SchedulerConfig has no learning
+# rates (megatron/training/config/training_config.py:165; they are OptimizerConfig.lr/min_lr), and
+# MCore 0.19.2 has no moe_a2a_overlap or offload_optimizer_states. Bridge 0.6.2's own recipes write
+# scheduler.max_lr 31 times and model.moe_a2a_overlap 25 times.
 MOVED = {
     "scheduler.max_lr": "optimizer.lr",
     "scheduler.min_lr": "optimizer.min_lr",
@@ -103,7 +106,6 @@ MBM601 = Rule(
     ),
     fix_applicability="unsafe", fix_description="Rename to the closest existing field (the assignment starts to take effect).",
     fix_safety='Bridge skips the unknown key today; after the rename the value takes effect.',
-    references=("rules-from-source §2.P, §5 rule 30; recipe-shapes §1.11",),
 )
 
 
@@ -132,7 +134,6 @@ MBM602 = Rule(
     invalid=(Example(py("cfg.model.seq_length = 8192"), yaml="model:\n  ~seq_length: null  # <-\n"),),
     fix_applicability="safe", fix_description="Remove the entry (or set the value you want explicitly).",
     fix_safety='Bridge applies only keys that are present, so the `~key` deletion never did anything: removing it leaves the run unchanged.',
-    references=("recipe-shapes §4.4",),
 )
 
 
@@ -152,7 +153,6 @@ MBM603 = Rule(
     check=_mp_name,
     valid=(Example(py('cfg.mixed_precision = "bf16_with_fp8_current_scaling_mixed"')),),
     invalid=(Example(py('cfg.mixed_precision = "bf16_fp8_current_scaling"  # <-')),),
-    references=("rules-from-source §1.4",),
 )
 
 _DEPRECATED: dict[str, str] = {
@@ -181,7 +181,6 @@ MBM604 = Rule(
     check=_deprecated,
     valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True')),),
     invalid=(Example(py("cfg.model.moe_layer_recompute = True  # <-")),),
-    references=("rules-from-source §2.I, §2.E",),
 )
 
 

@@ -120,7 +120,7 @@ GPT_OSS_120B = {
     "model.bias_activation_fusion": True,  # gpt_oss_bridge.py L73
     "model.cross_entropy_loss_fusion": True,
 }
-# LoRA runs (seed-facts 2.2, MB PR #4581): bf16, PEFT recipes disable the distributed optimizer, SP on,
+# LoRA runs (Megatron Bridge PR #4581): bf16, PEFT recipes disable the distributed optimizer, SP on,
 # selective core_attn recompute, LoRA dim 32 on the default targets. Assumed: 1 node (8 GPUs), seq 8192, MBS 1.
 LORA_COMMON: dict[str, Any] = {
     "model.seq_length": 8192,

@@ -1,5 +1,5 @@
 """The resolver over NVIDIA's own megatron-bridge 0.6.2 recipes (issue 2 acceptance) and a spot-check
-against facts Bridge's unit tests assert (recipe-shapes §5), each verified by reading the 0.6.2 source.
+against facts Bridge's unit tests assert (tests/unit_tests/recipes/), each verified by reading the 0.6.2 source.
 
 Coverage floors: the 11 parallelism/batch fields must stay >= 95%; num_layers/hidden_size/
 num_attention_heads are held at the floor measured by ``bench/resolve_coverage.py`` (496/734 = 67.6%

@@ -1,4 +1,4 @@
-"""Measured peaks (seed-facts 2.1-2.2) and parity with Megatron Bridge's own model-state formulas."""
+"""Measured peaks (Megatron Bridge PRs #3107 and #4581) and parity with Megatron Bridge's own model-state formulas."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact-output tests of the fix primitives on small recipes (shapes from recipe-shapes.md §1)."""
+"""Exact-output tests of the fix primitives on small recipes (the statement shapes of Bridge 0.6.2's recipes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bridge's runtime rewrites (issue 2 "Runtime rewrites", rules-from-source §0.1, recipe-shapes §2.9):
+"""Bridge's runtime rewrites (issue 2 "Runtime rewrites"; the order is resolve/runtime.py's):
 each rewritten value carries origin ``runtime`` and ``rewrites`` records why. Expectations follow the
 megatron-bridge 0.6.2 source (training/config.py:1853 runtime_config_update, mixed_precision.py:138,
 comm_overlap.py:422-640, config.py:1945, models/transformer_config.py:176, setup.py:681)."""
@@ -72,7 +72,7 @@ def test_mixed_precision_string_preset_overwrites_ddp_grad_reduce(tmp_path):
     assert r.get("model.params_dtype") == "torch.bfloat16"
     assert r.fields["model.params_dtype"].origin == "runtime"
     assert r.get("optimizer.bf16") is True
-    # pipeline_dtype=None is replaced by the preset's bf16 (recipe-shapes §2.9.1)
+    # pipeline_dtype=None is replaced by the preset's bf16 (training/mixed_precision.py setup())
     assert r.get("model.pipeline_dtype") == "torch.bfloat16"
 
 

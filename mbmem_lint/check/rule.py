@@ -420,7 +420,7 @@ class Rule:
     fix_safety: str = ""  # why the fix is in its class (the docs' "Fix safety" section)
     versions: str = ""  # version applicability (torch / megatron-core), empty when none
     scope: Literal["recipe", "overrides"] = "recipe"
-    references: tuple[str, ...] = ()  # issues/PRs (seed-facts), rules-from-source section
+    references: tuple[str, ...] = ()  # public issues, PRs and measurements behind the rule
 
     @property
     def family(self) -> str:

@@ -53,7 +53,7 @@ def _catalog() -> tuple[dict[str, GpuSpec], dict[str, str]]:
         specs[name] = GpuSpec(
             name=name,
             family=g["family"],
-            # HBM "GB" are binary-nominal (seed-facts 6): an "80 GB" H100 has 80 GiB of HBM, 79.1 GiB usable.
+            # HBM "GB" are binary-nominal: an "80 GB" H100 has 80 GiB of HBM, and PyTorch reports 79.1 GiB.
             capacity_bytes=int(g["marketed_gb"] * 2**30),
             usable_bytes=int(g["usable_bytes"]),
             source=g["source"],

@@ -22,7 +22,7 @@ class Suggestion:
     cost_note: str
     fields: list[str]
     setting: dict[str, Any]
-    cost_rank: int = 0  # lower = cheaper in throughput (documented order, seed-facts 1.2)
+    cost_rank: int = 0  # lower = cheaper in throughput (the order of NVIDIA/skills nemo-mbridge-perf-memory-tuning)
 
 
 @dataclass
@@ -50,7 +50,7 @@ def _candidates(recipe: ResolvedRecipe, est: Estimate) -> list[tuple[str, str, i
     alloc = _get(recipe, "env_vars.PYTORCH_CUDA_ALLOC_CONF", "") or ""
     if "expandable_segments:True" not in str(alloc):
         out.append(("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                     "about free (seed-facts 1.2/2.1: no throughput change); incompatible with nccl_ub on torch<2.11",
+                     "about free (no throughput change on Llama3 70B, Megatron Bridge PR #3107); incompatible with nccl_ub on torch<2.11",
                      0, {"env_vars.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
     p = est.parallelism
     tp = p.get("tp") or 1
@@ -58,7 +58,7 @@ def _candidates(recipe: ResolvedRecipe, est: Estimate) -> list[tuple[str, str, i
     if isinstance(peft, dict) and tp > 1 and _get(recipe, "model.sequence_parallel", False) is True \
             and _get(recipe, "peft.sequence_parallel_input_regather", False) is not True:
         out.append(("LoRA(sequence_parallel_input_regather=True)",
-                    "-0.3% to -6.7% throughput (seed-facts 2.2)", 1,
+                    "-0.3% to -6.7% throughput (Megatron Bridge PR #4581)", 1,
                     {"peft.sequence_parallel_input_regather": True}))
     gran = _get(recipe, "model.recompute_granularity")
     if gran != "selective" and gran != "full":
@@ -67,29 +67,29 @@ def _candidates(recipe: ResolvedRecipe, est: Estimate) -> list[tuple[str, str, i
     if gran == "selective":
         mods = _get(recipe, "model.recompute_modules", ["core_attn"]) or ["core_attn"]
         if "mlp" not in mods and not _get(recipe, "model.num_moe_experts"):
-            out.append(("add mlp to recompute_modules", "about -16% throughput on Llama3 70B (seed-facts 2.1)", 5,
+            out.append(("add mlp to recompute_modules", "about -16% throughput on Llama3 70B (Megatron Bridge PR #3107)", 5,
                         {"model.recompute_modules": [*mods, "mlp"]}))
         if _get(recipe, "model.num_moe_experts") and "moe_act" not in mods:
             out.append(("add moe_act to recompute_modules", "small (recomputes the expert activation)", 3,
                         {"model.recompute_modules": [*mods, "moe_act"]}))
     if _get(recipe, "optimizer.use_distributed_optimizer", False) is not True and (p.get("dp") or 1) > 1:
-        out.append(("use the distributed optimizer", "about 1-2% (skill table; no measured source)", 3,
+        out.append(("use the distributed optimizer", "about 1-2% (NVIDIA/skills nemo-mbridge-perf-memory-tuning; not measured)", 3,
                     {"optimizer.use_distributed_optimizer": True, "ddp.use_distributed_optimizer": True}))
     pp = p.get("pp") or 1
     ws = est.world_size
     if ws and (p.get("dp") or 1) % 2 == 0:
         out.append((f"pipeline_model_parallel_size {pp} -> {pp * 2}",
-                    "about -6% throughput when DP halves (seed-facts 2.1)", 4,
+                    "about -6% throughput when DP halves (Llama3 70B, Megatron Bridge PR #3107)", 4,
                     {"model.pipeline_model_parallel_size": pp * 2,
                      "model.virtual_pipeline_model_parallel_size": p.get("vpp")}))
     if _get(recipe, "optimizer.use_distributed_optimizer", False) is True and \
             _get(recipe, "optimizer.optimizer_cpu_offload", False) is not True:
         out.append(("optimizer CPU offload (optimizer_cpu_offload=True, fraction 1.0)",
-                    "host<->device copies each step; no PP/recompute restriction (seed-facts 1.5)", 6,
+                    "host<->device copies each step; no PP/recompute restriction", 6,
                     {"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0}))
     if ws and (p.get("dp") or 1) % 2 == 0 and tp < 8:
         out.append((f"tensor_model_parallel_size {tp} -> {tp * 2} (last resort)",
-                    "-28% throughput on Llama3 70B TP4->8 (seed-facts 2.1)", 9,
+                    "-28% throughput on Llama3 70B TP4->8 (Megatron Bridge PR #3107)", 9,
                     {"model.tensor_model_parallel_size": tp * 2}))
     return out
 
@@ -130,7 +130,7 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
     headroom = estimate.headroom_bytes
     if headroom >= margin * usable:
         return []
-    # The fragmentation reserve is a risk allowance, not an allocation: seed-facts 2.1 (PR #3107) shows a stage
+    # The fragmentation reserve is a risk allowance, not an allocation: Megatron Bridge PR #3107 shows a stage
     # that exceeds capacity only through fragmentation OOMing in 30-60% of runs, not in every run. So the error
     # needs the allocations themselves (state, activations, workspaces, CUDA context, NCCL) not to fit; when
     # only the reserve tips the stage over, it is a headroom warning (the cheapest fix is expandable segments).

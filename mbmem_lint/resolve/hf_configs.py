@@ -6,7 +6,7 @@ through. Each entry holds the architecture keys of the published ``config.json``
 mapping reads; keys we could not confirm are left out rather than guessed) and a citation.
 
 Citations: "[T]" = Megatron Bridge HEAD unit tests embedding the real HF dict, "[P31]" = the v0.3.1
-per-size provider classes (see docs: reference/recipe-shapes.md §3.3), "HF" = the model's published
+per-size provider classes (``megatron/bridge/models/*/*_provider.py``), "HF" = the model's published
 ``config.json`` on the Hugging Face Hub.
 
 Ids deliberately *not* listed (numbers not known exactly here, or not AutoBridge/GPT-shaped): the

@@ -1,5 +1,5 @@
 """Apply YAML override files and ``--set`` dotlists to a resolved recipe, as Bridge's
-``process_config_with_overrides`` would (recipe-shapes §4): recipe < YAML < CLI.
+``process_config_with_overrides`` would (``training/utils/omegaconf_utils.py:105``): recipe < YAML < CLI.
 
 * unknown keys are skipped (Bridge logs a warning) — recorded as writes with ``valid_field`` False;
 * ``~key`` deletes the key from the DictConfig only: the recipe value stays (a no-op);

@@ -107,7 +107,7 @@ class Write:
 
 @dataclass
 class Rewrite:
-    """A runtime rewrite Bridge applies before training (rules-from-source §0.1)."""
+    """A runtime rewrite Bridge applies before training (resolve/runtime.py lists them, with their source)."""
 
     path: str
     old: Any

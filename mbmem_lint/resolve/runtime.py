@@ -1,6 +1,6 @@
 """The rewrites Megatron Bridge applies to a config before training, in Bridge's order.
 
-Sources (megatron-bridge 0.6.2, rules-from-source §0.1 and recipe-shapes §2.9/§4.5):
+Sources (megatron-bridge 0.6.2):
 
 1. ``scripts/training/run_recipe.py``: ``ddp.nccl_ub`` forces ``NCCL_NVLS_ENABLE=1`` and
    ``NCCL_CTA_POLICY=1``; ``model.seq_length := dataset.seq_length``.
