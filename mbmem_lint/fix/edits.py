@@ -101,13 +101,7 @@ def _chained_assign(idx: PyIndex, span: Span) -> ast.Assign | None:
     stmt = chain[-1][0] if chain else None
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) < 2:
         return None
-    return stmt if _ast_span(idx, stmt.value) == (span.start, span.end) else None
-
-
-def _ast_span(idx: PyIndex, node: ast.expr | ast.stmt | ast.keyword) -> tuple[int, int]:
-    lines = idx.lines
-    return (lines.byte_column_offset(node.lineno, node.col_offset + 1),
-            lines.byte_column_offset(node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1))
+    return stmt if _el.ast_span(idx, stmt.value) == span else None
 
 
 def _split_chain(src: SourceFile, idx: PyIndex, stmt: ast.Assign, target_text: str | None,
@@ -116,16 +110,16 @@ def _split_chain(src: SourceFile, idx: PyIndex, stmt: ast.Assign, target_text: s
     fields; only one changes). None when the written target is not one of the chain's."""
     if not target_text:
         return None
-    spans = [_ast_span(idx, t) for t in stmt.targets]
-    mine = next((i for i, (s, e) in enumerate(spans) if _norm(src.text[s:e]) == _norm(target_text)), None)
+    spans = [_el.ast_span(idx, t) for t in stmt.targets]
+    mine = next((i for i, sp in enumerate(spans) if _norm(src.text[sp.start:sp.end]) == _norm(target_text)), None)
     if mine is None:
         return None
-    nxt = spans[mine + 1][0] if mine + 1 < len(spans) else _ast_span(idx, stmt.value)[0]
+    nxt = spans[mine + 1].start if mine + 1 < len(spans) else _el.ast_span(idx, stmt.value).start
     lines = idx.lines
     end = lines.line_end(stmt.end_lineno or stmt.lineno)
     indent = indentation(lines.line_text(stmt.lineno))
     nl = "" if src.text[:end].endswith(("\n", "\r")) else newline_of(src.text)
-    return [Edit(src.path, spans[mine][0], nxt, ""),
+    return [Edit(src.path, spans[mine].start, nxt, ""),
             Edit(src.path, end, end, f"{nl}{indent}{target_text} = {value_src}{newline_of(src.text)}")]
 
 
@@ -172,13 +166,7 @@ def set_field(recipe: ResolvedRecipe, path: str, value_src: str, sources: Source
     p = placement or place(recipe, path, sources)
     w = p.write
     if p.how == "override" and w is not None:
-        # An override wins over anything the recipe says: fix the override (YAML) or give up (--set).
-        ysrc = _source(sources, w.location, "yaml")
-        yaml_src = _python_to_yaml(value_src)
-        if ysrc is None or yaml_src is None:
-            return []
-        sp = _yaml_span(ysrc, w.location)
-        return _edit(ysrc, sp.start, sp.end, yaml_src)
+        return _override_edit(w, value_src, sources)
     if p.how == "edit" and w is not None:
         src = _source(sources, w.location, "python")
         idx = py_index(src.text) if src else None
@@ -200,6 +188,17 @@ def set_field(recipe: ResolvedRecipe, path: str, value_src: str, sources: Source
     if target is None or not _attribute_path_ok(recipe, path):
         return []
     return insert_before_return(recipe, f"{target} = {value_src}", sources)
+
+
+def _override_edit(w: Write, value_src: str, sources: Sources) -> list[Edit]:
+    """The YAML value of override ``w`` replaced by ``value_src`` (a Python literal): an override wins
+    over anything the recipe says. A ``--set`` item cannot be edited: no fix."""
+    ysrc = _source(sources, w.location, "yaml")
+    yaml_src = _python_to_yaml(value_src)
+    if ysrc is None or yaml_src is None:
+        return []
+    sp = _yaml_span(ysrc, w.location)
+    return _edit(ysrc, sp.start, sp.end, yaml_src)
 
 
 def _attribute_path_ok(recipe: ResolvedRecipe, path: str) -> bool:
@@ -406,12 +405,7 @@ def set_dict_key(
     p = placement or place(recipe, f"{dict_path}.{key}", sources)
     w = p.write
     if p.how == "override" and w is not None:
-        ysrc = _source(sources, w.location, "yaml")
-        yaml_src = _python_to_yaml(value_src)
-        if ysrc is None or yaml_src is None:
-            return []
-        sp = _yaml_span(ysrc, w.location)
-        return _edit(ysrc, sp.start, sp.end, yaml_src)
+        return _override_edit(w, value_src, sources)
     if p.how in ("edit", "extend") and w is not None:
         src = _source(sources, w.location, "python")
         idx = py_index(src.text) if src else None
@@ -608,7 +602,7 @@ def _remove_plain_statement(src: SourceFile, idx: PyIndex, write: Write) -> list
     if not chain:
         return None
     stmt, body = chain[-1]
-    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or _ast_span(idx, stmt) != (sp.start, sp.end):
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or _el.ast_span(idx, stmt) != sp:
         return None
     last = stmt.end_lineno or stmt.lineno
     if any(s is not stmt and s.lineno <= last and (s.end_lineno or s.lineno) >= first for s in body):
@@ -713,20 +707,6 @@ def _remove_arg_span(src: SourceFile, lines: LineTable, start: int, v_end: int, 
     return [Edit(src.path, start, v_end, "")]
 
 
-def _next_token(text: str, pos: int, limit: int) -> int:
-    """Offset of the first character at or after ``pos`` that is not whitespace or a comment."""
-    while pos < limit:
-        ch = text[pos]
-        if ch == "#":
-            nl = text.find("\n", pos, limit)
-            pos = limit if nl < 0 else nl
-        elif ch in " \t\r\n\\":
-            pos += 1
-        else:
-            return pos
-    return limit
-
-
 def _remove_keyword_plain(src: SourceFile, idx: PyIndex, write: Write) -> list[Edit] | None:
     """:func:`_remove_arg` for a ``name=value`` keyword found with ``ast`` alone (no libcst). None when
     a parenthesised value or an unusual layout leaves the token boundaries unclear (libcst decides)."""
@@ -740,17 +720,17 @@ def _remove_keyword_plain(src: SourceFile, idx: PyIndex, write: Write) -> list[E
         if not isinstance(call, ast.Call):
             continue
         for kw in call.keywords:
-            if kw.arg is None or _ast_span(idx, kw) != (sp.start, sp.end):
+            if kw.arg is None or _el.ast_span(idx, kw) != sp:
                 continue
             text = src.text
-            call_end = _ast_span(idx, call)[1]
+            call_end = _el.ast_span(idx, call).end
             if not text[:call_end].endswith(")"):
                 return None
             items: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
             items.sort(key=lambda n: (n.lineno, n.col_offset))
             i = next(k for k, n in enumerate(items) if n is kw)
-            v_end = _ast_span(idx, kw.value)[1]
-            nxt = _next_token(text, v_end, call_end)
+            v_end = _el.ast_span(idx, kw.value).end
+            nxt = _el.next_token(text, v_end, call_end)
             if text[nxt:nxt + 1] == ",":
                 comma = nxt
             elif nxt == call_end - 1:
@@ -760,8 +740,8 @@ def _remove_keyword_plain(src: SourceFile, idx: PyIndex, write: Write) -> list[E
             prev_end = None
             if i > 0:
                 prev = items[i - 1]
-                prev_end = _ast_span(idx, prev.value if isinstance(prev, ast.keyword) else prev)[1]
-                if text[_next_token(text, prev_end, call_end):][:1] != ",":
+                prev_end = _el.ast_span(idx, prev.value if isinstance(prev, ast.keyword) else prev).end
+                if text[_el.next_token(text, prev_end, call_end):][:1] != ",":
                     return None
             return _remove_arg_span(src, idx.lines, sp.start, v_end, comma, call_end, prev_end)
     return None

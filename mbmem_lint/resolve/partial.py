@@ -108,9 +108,6 @@ def partial_recipe(interp: Interpreter, files: list[OverrideFile], target: Targe
     if apply_runtime:
         rewriter.run()
     fields, writes = flatten(root)
-    pre_runtime: dict[str, object] = {}
-    for rw in rewriter.rewrites:
-        pre_runtime.setdefault(rw.path, rw.old)
     return ResolvedRecipe(
         path=f.path,
         function=PARTIAL_FUNCTION,
@@ -119,7 +116,7 @@ def partial_recipe(interp: Interpreter, files: list[OverrideFile], target: Targe
         writes=writes,
         rewrites=rewriter.rewrites,
         target=target,
-        pre_runtime=pre_runtime,
+        pre_runtime=rewriter.pre_runtime(),
         overrides=[o.path for o in files],
         notes=list(interp.notes),
         partial=True,

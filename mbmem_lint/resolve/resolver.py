@@ -453,10 +453,6 @@ class Resolver:
             self._too_slow(env.display_path, cand.name)
             return
         fields, writes = flatten(root)
-        # Value before Bridge's runtime rewrites, for every path a rewrite changed.
-        pre_runtime: dict[str, Any] = {}
-        for rw in rewriter.rewrites:
-            pre_runtime.setdefault(rw.path, rw.old)
         self.result.recipes.append(ResolvedRecipe(
             path=env.display_path,
             function=cand.name,
@@ -465,7 +461,7 @@ class Resolver:
             writes=writes,
             rewrites=rewriter.rewrites,
             target=target,
-            pre_runtime=pre_runtime,
+            pre_runtime=rewriter.pre_runtime(),
             overrides=[f.path for f in files] + (["<--set>"] if self.options.set_overrides else []),
             notes=list(interp.notes),
             config_var=config_var or ("cfg" if cand.func is not None else cand.config_global),

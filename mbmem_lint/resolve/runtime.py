@@ -65,6 +65,13 @@ class RuntimeRewriter:
         self.rewrites: list[Rewrite] = []
         self._objs: dict[str, Obj] = {}  # section objects; invalidated when a section is replaced
 
+    def pre_runtime(self) -> dict[str, Any]:
+        """The value before the rewrites, for every path a rewrite changed."""
+        out: dict[str, Any] = {}
+        for rw in self.rewrites:
+            out.setdefault(rw.path, rw.old)
+        return out
+
     # -- access ------------------------------------------------------------------------------
     def obj(self, path: str) -> Obj | None:
         hit = self._objs.get(path)
