@@ -505,15 +505,23 @@ def _assignment_node(idx: PyIndex, write: Write) -> libcst.CSTNode | None:
     return node
 
 
-def _ast_assignment(idx: PyIndex, write: Write) -> ast.keyword | ast.Assign | ast.AnnAssign | None:
-    """The ``name=value`` keyword or the assignment statement that made ``write``, from ``ast``
-    (its statement span names it); None when there is no statement span to go by."""
+def _statement_of(idx: PyIndex, write: Write) -> tuple[Span, list[tuple[ast.stmt, list[ast.stmt]]]] | None:
+    """The span of the write's statement (an assignment, or a ``name=value`` keyword) and the ``ast``
+    statements around it, outermost first; None without a statement span."""
     if write.statement is None:
         return None
     sp = idx.loc_span(write.statement)
     chain = idx._chain(idx.lines.line_of(sp.start))
-    if not chain:
+    return (sp, chain) if chain else None
+
+
+def _ast_assignment(idx: PyIndex, write: Write) -> ast.keyword | ast.Assign | ast.AnnAssign | None:
+    """The ``name=value`` keyword or the assignment statement that made ``write``, from ``ast``
+    (its statement span names it); None when there is no statement span to go by."""
+    found = _statement_of(idx, write)
+    if found is None:
         return None
+    sp, chain = found
     nodes = list(ast.walk(chain[-1][0]))
     for node in nodes:
         if isinstance(node, ast.keyword) and _el.ast_span(idx, node).start == sp.start:
@@ -593,14 +601,12 @@ def _remove_plain_statement(src: SourceFile, idx: PyIndex, write: Write) -> list
     """:func:`remove_assignment` for the common shape, found with ``ast`` alone (no libcst): an
     assignment statement on lines of its own (a trailing comment allowed). None for any other
     shape (``a = 1; b = 2``, ``if x: a = 1``, a keyword argument), which libcst handles."""
-    if write.statement is None:
+    found = _statement_of(idx, write)
+    if found is None:
         return None
-    sp = idx.loc_span(write.statement)
+    sp, chain = found
     lines = idx.lines
     first = lines.line_of(sp.start)
-    chain = idx._chain(first)
-    if not chain:
-        return None
     stmt, body = chain[-1]
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or _el.ast_span(idx, stmt) != sp:
         return None
@@ -710,12 +716,10 @@ def _remove_arg_span(src: SourceFile, lines: LineTable, start: int, v_end: int, 
 def _remove_keyword_plain(src: SourceFile, idx: PyIndex, write: Write) -> list[Edit] | None:
     """:func:`_remove_arg` for a ``name=value`` keyword found with ``ast`` alone (no libcst). None when
     a parenthesised value or an unusual layout leaves the token boundaries unclear (libcst decides)."""
-    if write.statement is None:
+    found = _statement_of(idx, write)
+    if found is None:
         return None
-    sp = idx.loc_span(write.statement)
-    chain = idx._chain(idx.lines.line_of(sp.start))
-    if not chain:
-        return None
+    sp, chain = found
     for call in ast.walk(chain[-1][0]):
         if not isinstance(call, ast.Call):
             continue
