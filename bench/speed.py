@@ -618,7 +618,8 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
                  f"~{TARGETS['fixit_reference_s']:.0f} s: median × {TARGETS['fixit_reference_s']:.0f} s / Fixit's median) | "
                  f"{scaled:.2f} s | |")
     L.append("")
-    text_runs, json_runs = cases["corpus_text"].runs, cases["corpus"].runs
+    text_runs = cases["corpus_text"].runs if "corpus_text" in cases else []
+    json_runs = cases["corpus"].runs if "corpus" in cases else []
     if text_runs and json_runs:
         # Runs alternate text, JSON, text, ...: each JSON run is compared with the text run just before it.
         pairs = [j.wall_s / t.wall_s for t, j in zip(text_runs, json_runs)]
