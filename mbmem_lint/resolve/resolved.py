@@ -148,6 +148,10 @@ class ResolvedRecipe:
     # of the recipe's final ``return`` statement: fixes insert new assignments before it.
     config_var: str | None = None
     return_location: Location | None = None
+    # Where the model architecture came from, for AutoBridge providers: {"hf_id", "origin" (bundled / cache /
+    # pyproject / unknown), "path", "source", "bridge", "provider", "confidence"} or {"hf_id", "origin":
+    # "unknown", "reason"}; None when the recipe builds its provider itself.
+    architecture: dict[str, Any] | None = None
 
     # -- convenience accessors used by rules and the estimator --------------------------
     def get(self, path: str, default: Any = UNKNOWN) -> Any:
