@@ -232,6 +232,8 @@ def hf_cache_config(hf_id: str, revision: str | None, cache_dirs: list[Path]) ->
         if path.is_file():
             return path, ""
         tried.append(str(path))
+    if not cache_dirs:
+        return None, "no Hugging Face cache folder to look in"
     return None, "not in the Hugging Face cache (looked for " + ", ".join(tried) + ")"
 
 

@@ -321,7 +321,7 @@ class Interpreter:
     def to_dictval(self, d: dict[Any, Any], prov: Prov) -> DictVal:
         dv = DictVal(prov)
         for k, v in d.items():
-            dv.slots[k] = Slot(v, prov)
+            dv.slots[k] = Slot(self.to_dictval(v, prov) if isinstance(v, dict) else v, prov)
         return dv
 
     # ------------------------------------------------------------------ running code

@@ -360,6 +360,8 @@ def _from_json(v: Any) -> Any:
             return Unknown(str(v["unknown"]))
     if isinstance(v, list):
         return [_from_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _from_json(x) for k, x in v.items()}
     return v
 
 
