@@ -432,7 +432,8 @@ def vision_activation_bytes(inp: Inputs) -> float:
     saves without sequence parallelism (the layer terms of activations.py with the tower's widths: norm inputs
     and outputs, q/k/v, the attention output and log-sum-exp, the MLP input, fc1 output and fc2 input), plus the
     merger's input. Zero when the tower is frozen: nothing before it needs a gradient."""
-    v = _ext(inp.shape).vision
+    ext = inp.shape.ext
+    v = ext.vision if ext is not None else None
     if v is None or v.frozen:
         return 0.0
     t = inp.par.tp

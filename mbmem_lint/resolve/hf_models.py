@@ -15,7 +15,7 @@ behaviours those bridges rely on (:func:`hf_class_view`). Where an architecture 
    the revision being the recipe's ``revision=`` or ``refs/main``.
 
 An id found nowhere stays unknown, with the reason (:meth:`ModelTable.why_unknown`), and the check that needs
-it says so (MBM703).
+it says so (MBM704).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ MLA_PROVIDER = "megatron.bridge.models.mla_provider.MLAModelProvider"
 MODELS_FILE = "models.json"
 HF_CONFIGS_FILE = "hf_configs.json"
 
-# The three ways to give the estimator an architecture it lacks (MBM703 and `estimate` repeat them).
+# The three ways to give the estimator an architecture it lacks (MBM704 and `estimate` repeat them).
 SUPPLY_HINT = (
     'map the id to a config.json (or a checkpoint folder holding one) under [tool.mbmem-lint.models] in '
     'pyproject.toml; download its config.json into the Hugging Face cache (e.g. `huggingface-cli download '
