@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.resolve import pyclasses
 from mbmem_lint.resolve.clone import clone
 from mbmem_lint.resolve.resolved import Unknown
-from mbmem_lint.resolve import pyclasses
 from mbmem_lint.resolve.values import (
     BoundFunc,
     BoundMethod,
