@@ -175,6 +175,7 @@ def test_published_table_is_only_used_where_the_name_rounds(counts: dict[str, tu
         m = _OLMOE.search(name) if name.startswith("OLMoE") else _SIZE.search(name)
         assert m is not None, hf_id
         total, active, emb, _ = counts[hf_id]
+        named_active: float | None
         if name.startswith("OLMoE"):
             named_total, named_active = float(m.group(2)) * B, float(m.group(1)) * B
         else:

@@ -115,7 +115,7 @@ class Func:
     loc: list[int]
     returns: str | None
     qualname: str
-    closure: dict[str, Any] | None = None  # locals of the enclosing function (a nested def or lambda)
+    closure: list[dict[str, Any]] | None = None  # enclosing functions' locals, innermost first (nested def, lambda)
     owner: Any = None  # the PyClass whose body defined it (zero-argument super())
     kind: str = "function"  # "function" | "staticmethod" | "classmethod" | "property"
 
