@@ -20,8 +20,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from mbmem_lint.records import dataclass, field
 
 if TYPE_CHECKING:
     from mbmem_lint.estimate.inputs import Inputs, Reader, Shape

@@ -12,13 +12,13 @@ Nothing is imported or executed; what the code decides from values we lack stays
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.data import data_file
 from mbmem_lint.diagnostics import Location
 from mbmem_lint.parse.python import PythonParseError, lower_module
+from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.library import MEGATRON_BRIDGE_VERSION, LibrarySummary
 from mbmem_lint.resolve.resolved import Unknown
 from mbmem_lint.resolve.values import Ext, Obj, Prov, PyClass, PyInstance
@@ -80,9 +80,10 @@ def generate_bridges(corpus: Path) -> dict[str, Any]:
 
 
 def dump_bridges(data: dict[str, Any]) -> bytes:
-    from mbmem_lint.data_pack import dump_pack
+    """The same pack layout as the library summary (top-level function bodies decoded on their first call)."""
+    from mbmem_lint.resolve.library import dump_library
 
-    return dump_pack({"megatron_bridge": data["megatron_bridge"], "modules": data["modules"]}, data["bodies"])
+    return dump_library(data)
 
 
 @functools.lru_cache(maxsize=1)

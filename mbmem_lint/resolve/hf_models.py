@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from mbmem_lint.records import dataclass
 from pathlib import Path
 from typing import Any
 
 from mbmem_lint.data import data_file
+from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.schema import Schema
 
 GPT_PROVIDER = "megatron.bridge.models.gpt_provider.GPTModelProvider"
@@ -305,6 +305,7 @@ class ModelTable:
                 entry = self.bundled[hf_id]
             else:
                 entry, why = self._from_cache(hf_id, revision)
+                why = f"not in the bundled table, and {why}" if why else why
         except ModelTableError as exc:
             why = str(exc)
         self._found[key] = entry
