@@ -98,6 +98,7 @@ def hf_class_view(hf: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     - Qwen2-VL / Qwen2.5-VL files written before their text sub-config existed keep the text keys at the top;
       the config class builds ``text_config`` from them (``configuration_qwen2_5_vl.py``: "For BC use all
       kwargs to init TextConfig").
+    - GLM-5 (``glm_moe_dsa``) configs point ``head_dim`` at the RoPE slice (the config class's ``__post_init__``).
     - Nemotron-H files in the per-layer form (``layers_block_type``, ``mtp_layers_block_type``) expose the
       pattern strings Bridge reads (``hybrid_override_pattern``, ``mtp_hybrid_override_pattern``) and
       ``num_hidden_layers``.
@@ -107,6 +108,12 @@ def hf_class_view(hf: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     defaults: dict[str, Any] = dict(HF_CLASS_DEFAULTS.get(str(cfg.get("model_type")), {}))
     if cfg.get("model_type") in ("qwen2_vl", "qwen2_5_vl") and not isinstance(cfg.get("text_config"), dict):
         cfg["text_config"] = {k: v for k, v in hf.items() if k not in ("vision_config", "architectures")}
+    if cfg.get("model_type") == "glm_moe_dsa" and isinstance(cfg.get("qk_rope_head_dim"), int):
+        # GlmMoeDsaConfig.__post_init__ (transformers configuration_glm_moe_dsa.py L147-150): qk_head_dim is
+        # nope + rope and head_dim points at the RoPE slice, whatever the file says.
+        cfg["head_dim"] = cfg["qk_rope_head_dim"]
+        if isinstance(cfg.get("qk_nope_head_dim"), int):
+            cfg["qk_head_dim"] = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
     blocks = cfg.get("layers_block_type")
     if cfg.get("model_type") == "nemotron_h" and isinstance(blocks, list) and blocks:
         if all(b in _BLOCK_SYMBOLS for b in blocks):
