@@ -174,13 +174,13 @@ def _int(d: dict[str, Any], *keys: str, default: int = 0) -> int:
 
 def _vision(r: Reader, vc: dict[str, Any], lm_hidden: int, notes: list[str]) -> Vision | None:
     mt = str(vc.get("model_type", ""))
-    depth = _int(vc, "depth", "num_hidden_layers")
-    hidden = _int(vc, "hidden_size", "embed_dim")
+    depth = _int(vc, "depth", "num_hidden_layers", "vt_num_hidden_layers")  # vt_*: Kimi-K2.5's MoonViT
+    hidden = _int(vc, "hidden_size", "embed_dim", "vt_hidden_size")
     if depth <= 0 or hidden <= 0:
         notes.append("vision_config lacks depth/hidden_size: the vision tower is not counted")
         return None
-    ffn = _int(vc, "intermediate_size", default=4 * hidden)
-    heads = _int(vc, "num_heads", "num_attention_heads", default=max(1, hidden // 64))
+    ffn = _int(vc, "intermediate_size", "vt_intermediate_size", default=4 * hidden)
+    heads = _int(vc, "num_heads", "num_attention_heads", "vt_num_attention_heads", default=max(1, hidden // 64))
     patch = _int(vc, "patch_size", default=14)
     act = str(vc.get("hidden_act", vc.get("hidden_activation", "")))
     qwen = mt.startswith("qwen") or "spatial_merge_size" in vc
@@ -208,7 +208,10 @@ def _vision(r: Reader, vc: dict[str, Any], lm_hidden: int, notes: list[str]) -> 
     else:
         family = "generic"
         merge = _int(vc, "spatial_merge_size", default=1)  # pooling (gemma-4) averages: no wider projector
-        out_hidden = lm_hidden
+        kernel = vc.get("merge_kernel_size")
+        if isinstance(kernel, list) and kernel and isinstance(kernel[0], int):
+            merge = kernel[0]  # Kimi-K2.5's patch merger concatenates kernel x kernel patches
+        out_hidden = _int(vc, "text_hidden_size", default=lm_hidden)
         positions = _int(vc, "position_embedding_size", "num_position_embeddings")
         glu, rms, deepstack, temporal = act == "silu", True, 0, 1
         notes.append(f"vision tower ({mt or 'unknown type'}) counted as a generic ViT from vision_config")
