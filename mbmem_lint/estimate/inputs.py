@@ -348,7 +348,7 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     act = r.value("model.activation_func", "")
     glu = r.value("model.gated_linear_unit", False) is True
     pos_type = r.value("model.position_embedding_type", "learned_absolute")
-    if not r.known("model.position_embedding_type") and r.raw("model.position_embedding_type") is not None:
+    if isinstance(r.raw("model.position_embedding_type"), Unknown):
         # Unknown (e.g. a partial config.json leaves Bridge's rope/yarn choice open): every AutoBridge model uses
         # rotary embeddings; a learned table would add max_position x hidden parameters.
         pos_type = "rope"
@@ -393,10 +393,10 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     )
     from mbmem_lint.estimate.kinds import read_ext
 
-    shape.ext = read_ext(r, n_layers, hidden, r.pos("model.seq_length", 4096), r.pos("train.micro_batch_size", 1))
+    shape.ext = read_ext(r, n_layers, hidden)
     if shape.ext is not None:
         r.assumptions.extend(shape.ext.assumptions)
-    if num_experts == 0 and not r.known("model.num_moe_experts") and r.raw("model.num_moe_experts") is not None:
+    if num_experts == 0 and isinstance(r.raw("model.num_moe_experts"), Unknown):
         r.assumptions.append("model.num_moe_experts is not statically known; assumed a dense model")
     if isinstance(act, str) and act and "silu" not in act and "gelu" not in act and glu:
         r.assumptions.append(f"activation {act!r} with gated_linear_unit counted as a 2-matrix GLU input")

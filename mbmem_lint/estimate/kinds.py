@@ -123,10 +123,16 @@ def _linear_pattern(freq: Any, n: int) -> list[bool] | None:
     return None
 
 
-def read_ext(r: Reader, n_layers: int, hidden: int, seq: int, mbs: int) -> ShapeExt | None:
+def read_ext(r: Reader, n_layers: int, hidden: int) -> ShapeExt | None:
     """The new layer kinds a recipe's model uses (None for none of them)."""
+    variant = r.raw("model.experimental_attention_variant")
+    gate = r.raw("model.attention_output_gate")
+    vc = r.raw("model.vision_config")  # partly unknown (a dtype) is fine: _vision reads known keys only
+    freeze_lm = r.raw("model.freeze_language_model")
+    if (variant is None and gate is not True and not isinstance(vc, dict) and freeze_lm is not True
+            and not isinstance(r.raw("model.hf_config"), dict)):
+        return None  # the common case: a plain transformer, read in five lookups
     ext = ShapeExt()
-    variant = r.value("model.experimental_attention_variant", None)
     if variant == "gated_delta_net":
         pattern = _linear_pattern(r.value("model.linear_attention_freq", None), n_layers)
         if pattern is None:
@@ -151,7 +157,6 @@ def read_ext(r: Reader, n_layers: int, hidden: int, seq: int, mbs: int) -> Shape
                         index_topk=r.pos("model.dsa_indexer_topk", 512), window=r.pos("model.csa_window_size", 128))
         ext.assumptions.append("DeepSeek-V4 attention: Megatron Core 0.19.2 has no dsv4_hybrid module; its tensors are "
                                "modelled from the config (CSA compressor widths assumed equal to the head width)")
-    vc = r.raw("model.vision_config")  # partly unknown (a dtype) is fine: _vision reads known keys only
     if not isinstance(vc, dict):  # providers that keep the whole HF config (Ministral3ModelProvider.hf_config)
         whole = r.raw("model.hf_config")
         vc = whole.get("vision_config") if isinstance(whole, dict) else None

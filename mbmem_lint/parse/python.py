@@ -13,7 +13,8 @@ Statements (``loc`` = ``[line, col, end_line, end_col]``, 1-based columns, end e
     ["while", test, body, orelse, loc]         ["with", body, loc]
     ["try", body, [handler bodies], orelse, finally, loc]
     ["def", name, params, body, loc, returns, decorators]
-    ["class", name, loc, bases, body, decorator calls]   ["import", [[module, asname]], loc]
+    ["class", name, loc] or, lowered with class_bodies, ["class", name, loc, bases, body, decorator calls]
+    ["import", [[module, asname]], loc]
     ["from", module, level, [[name, asname]] | "*", loc]
     ["raise", loc]   ["break", loc]   ["continue", loc]   ["del", [target...], loc]
     ["opaque", [assigned names], loc]
@@ -28,9 +29,9 @@ Expressions::
     ["comp", "list" | "set" | "gen" | "dict", elt, key | None, [[target, iter, [cond...]]...]]
     ["lambda", params, body expr, loc]
 
-A class statement keeps its bases, body and decorator expressions (the interpreter analyses classes only
-where asked to: Megatron Bridge's model bridges, :mod:`mbmem_lint.resolve.bridges`); a decorator of a
-``def`` is kept as its dotted name.
+A class statement keeps its bases, body and decorator expressions only when asked (``class_bodies``: the
+interpreter analyses classes only in Megatron Bridge's model bridges, :mod:`mbmem_lint.resolve.bridges`); a
+decorator of a ``def`` is kept as its dotted name.
 
 Expressions that carry a value a fix may replace are wrapped: ``["at", expr, loc]``.
 """
@@ -79,8 +80,9 @@ class _Columns:
 
 
 class _Lowerer:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, class_bodies: bool = False) -> None:
         self.cols = _Columns(text)
+        self.class_bodies = class_bodies
 
     def loc(self, node: ast.AST) -> list[int]:
         if self.cols.ascii:  # the common case: byte offsets are character offsets
@@ -141,6 +143,8 @@ class _Lowerer:
         if isinstance(s, ast.FunctionDef):
             return self.funcdef(s, loc)
         if isinstance(s, ast.ClassDef):
+            if not self.class_bodies:
+                return ["class", s.name, loc]
             return ["class", s.name, loc, [self.expr(b) for b in s.bases], self.body(s.body),
                     [self.expr(d) for d in s.decorator_list]]
         if isinstance(s, ast.Import):
@@ -294,10 +298,11 @@ def _raise(message: str, line: int, col: int) -> ast.Module:
     raise PythonParseError(message, line, col)
 
 
-def lower_module(text: str, filename: str = "<recipe>") -> list[IR]:
-    """Parse and lower a module's statements to IR. Raises :class:`PythonParseError`."""
+def lower_module(text: str, filename: str = "<recipe>", *, class_bodies: bool = False) -> list[IR]:
+    """Parse and lower a module's statements to IR. Raises :class:`PythonParseError`. ``class_bodies``: keep
+    the bases, body and decorators of class statements (only the model-bridge summary needs them)."""
     tree = parse_python(text, filename)
     try:
-        return _Lowerer(text).body(tree.body)
+        return _Lowerer(text, class_bodies).body(tree.body)
     except RecursionError:
         raise PythonParseError("expression nesting too deep to analyse", 1, 1) from None

@@ -72,7 +72,7 @@ def generate_bridges(corpus: Path) -> dict[str, Any]:
         rel = f.relative_to(corpus).as_posix()
         name = ".".join(rel[:-3].split("/"))
         try:
-            bodies[name] = lower_module(f.read_text(encoding="utf-8"), rel)
+            bodies[name] = lower_module(f.read_text(encoding="utf-8"), rel, class_bodies=True)
         except PythonParseError as exc:  # pragma: no cover - the wheel parses
             raise RuntimeError(f"{rel}: {exc.message}") from exc
         modules[name] = {"path": rel, "package": False}
@@ -210,15 +210,29 @@ class BridgeRunner:
         return Conversion(provider.cls, provider_fields(provider), cls.qualname, arch)
 
 
+# HF sub-configs the estimator sizes (vision and audio towers); other HF config objects a bridge keeps on the
+# provider (``hf_text_config``, the whole ``hf_config``) repeat what the provider fields already say.
+_TOWERS = ("vision_config", "audio_config")
+
+
 def provider_fields(provider: Obj) -> dict[str, Any]:
     """JSON values of what the conversion set on the provider (fields and extra attributes; functions,
-    classes and objects left out; an unknowable value as :class:`Unknown`)."""
+    classes and objects left out; HF config objects only for the towers; an unknowable value as
+    :class:`Unknown`)."""
     from mbmem_lint.resolve.pyclasses import MISSING, plain
+    from mbmem_lint.resolve.values import HFConfig
 
     out: dict[str, Any] = {}
     for table in (provider.slots, provider.invalid):
         for name, slot in table.items():
-            v = plain(slot.value)
+            value = slot.value
+            if isinstance(value, HFConfig):
+                if not name.endswith(_TOWERS):
+                    towers = {k: x for k, x in value.attrs.items() if k in _TOWERS and isinstance(x, HFConfig)}
+                    if not towers:
+                        continue
+                    value = HFConfig(towers, value.partial, {}, value.label)  # keep only the towers it holds
+            v = plain(value)
             if v is not MISSING:
                 out[name] = v
     return dict(sorted(out.items()))
