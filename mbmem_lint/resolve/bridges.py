@@ -226,12 +226,11 @@ def provider_fields(provider: Obj) -> dict[str, Any]:
     for table in (provider.slots, provider.invalid):
         for name, slot in table.items():
             value = slot.value
-            if isinstance(value, HFConfig):
-                if not name.endswith(_TOWERS):
-                    towers = {k: x for k, x in value.attrs.items() if k in _TOWERS and isinstance(x, HFConfig)}
-                    if not towers:
-                        continue
-                    value = HFConfig(towers, value.partial, {}, value.label)  # keep only the towers it holds
+            if isinstance(value, HFConfig) and not name.endswith(_TOWERS):
+                towers = {k: x for k, x in value.attrs.items() if k in _TOWERS and isinstance(x, HFConfig)}
+                if not towers:
+                    continue
+                value = HFConfig(towers, value.partial, {}, value.label)  # keep only the towers it holds
             v = plain(value)
             if v is not MISSING:
                 out[name] = v
