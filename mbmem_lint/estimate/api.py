@@ -17,7 +17,6 @@ from mbmem_lint.estimate.activations import (
 )
 from mbmem_lint.estimate.gpus import GpuSpec, UnknownGpuError, resolve_gpu
 from mbmem_lint.estimate.inputs import Inputs, read_inputs
-from mbmem_lint.estimate.kinds import vision_activation_bytes
 from mbmem_lint.estimate.model_state import model_state_components, stage_params
 from mbmem_lint.estimate.overheads import (
     cuda_graph_component,
@@ -168,7 +167,11 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
             emb_mb = chunk_passes(par, rank, len(plan.chunks), inp.train.num_microbatches)[0]
             comps.append(Component("embedding activations", int(embedding_activation(inp) * emb_mb), [
                 "model.seq_length", "train.micro_batch_size", "model.hidden_dropout"], kind="activation"))
-            vision = vision_activation_bytes(inp)
+            vision = 0.0
+            if inp.shape.ext is not None:
+                from mbmem_lint.estimate.kinds import vision_activation_bytes
+
+                vision = vision_activation_bytes(inp)
             if vision:
                 comps.append(Component(f"vision tower activations ({emb_mb:g} microbatches)", int(vision * emb_mb), [
                     "model.vision_config", "model.freeze_vision_model", "dataset.image_size", "dataset.num_images",

@@ -391,11 +391,15 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
                           note="MCore's TransformerConfig default: the unfused GLU path") is True
         or r.bool_("model.use_te_activation_func", False),
     )
-    from mbmem_lint.estimate.kinds import read_ext
+    if (r.raw("model.experimental_attention_variant") is not None or r.raw("model.attention_output_gate") is True
+            or isinstance(r.raw("model.vision_config"), dict) or r.raw("model.freeze_language_model") is True
+            or isinstance(r.raw("model.hf_config"), dict)):
+        # Gated DeltaNet, DSA, DeepSeek-V4, a vision tower or a frozen LM (estimate/kinds.py, imported only then)
+        from mbmem_lint.estimate.kinds import read_ext
 
-    shape.ext = read_ext(r, n_layers, hidden)
-    if shape.ext is not None:
-        r.assumptions.extend(shape.ext.assumptions)
+        shape.ext = read_ext(r, n_layers, hidden)
+        if shape.ext is not None:
+            r.assumptions.extend(shape.ext.assumptions)
     if num_experts == 0 and isinstance(r.raw("model.num_moe_experts"), Unknown):
         r.assumptions.append("model.num_moe_experts is not statically known; assumed a dense model")
     if isinstance(act, str) and act and "silu" not in act and "gelu" not in act and glu:

@@ -126,12 +126,7 @@ def _linear_pattern(freq: Any, n: int) -> list[bool] | None:
 def read_ext(r: Reader, n_layers: int, hidden: int) -> ShapeExt | None:
     """The new layer kinds a recipe's model uses (None for none of them)."""
     variant = r.raw("model.experimental_attention_variant")
-    gate = r.raw("model.attention_output_gate")
     vc = r.raw("model.vision_config")  # partly unknown (a dtype) is fine: _vision reads known keys only
-    freeze_lm = r.raw("model.freeze_language_model")
-    if (variant is None and gate is not True and not isinstance(vc, dict) and freeze_lm is not True
-            and not isinstance(r.raw("model.hf_config"), dict)):
-        return None  # the common case: a plain transformer, read in five lookups
     ext = ShapeExt()
     if variant == "gated_delta_net":
         pattern = _linear_pattern(r.value("model.linear_attention_freq", None), n_layers)
