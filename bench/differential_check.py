@@ -89,6 +89,8 @@ def same(real: Any, mine: Any) -> bool:
     if isinstance(real, list) and isinstance(mine, list):
         return len(real) == len(mine) and all(same(a, b) for a, b in zip(real, mine))
     if isinstance(real, dict) and isinstance(mine, dict):
+        if "_name_" in mine and "_name_" not in real:  # mbmem-lint also names a module-level preset object
+            mine = {k: v for k, v in mine.items() if k != "_name_"}
         if set(real) != set(mine):
             return False
         return all(same(real[k], mine[k]) for k in real)

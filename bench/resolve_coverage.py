@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 
-from mbmem_lint.dev.corpus import KEY_FIELDS, ensure_corpus, recipe_files
+from mbmem_lint.dev.corpus import KEY_FIELDS, SHAPE_KEYS, ensure_corpus, recipe_files
 from mbmem_lint.pipeline import resolve_paths
 from mbmem_lint.resolve.resolver import ResolveOptions
 from mbmem_lint.settings import Settings
@@ -57,6 +57,23 @@ def main() -> int:
         print(f"  unknown {label}: {len(ex)} e.g. {ex[:3]}")
     for f in run.failed[:20]:
         print(f"  not resolvable: {f.split('megatron/bridge/')[-1]}")
+    # Recipes whose model shape is unknown, by model id (or by why, for recipes that build the provider
+    # themselves), with the reason the architecture is unknown.
+    unknown_models: dict[str, tuple[int, str]] = {}
+    for r in run.recipes:
+        if all(r.known(KEY_FIELDS[k]) for k in SHAPE_KEYS):
+            continue
+        arch = r.architecture
+        if arch is not None:
+            key, why = arch["hf_id"], str(arch.get("reason", ""))
+        else:
+            f = r.fields.get("model.num_layers") or r.fields.get("model")
+            key, why = f"<{r.function}>", str(getattr(f.value, "reason", "")) if f is not None else ""
+        n, _ = unknown_models.get(key, (0, why))
+        unknown_models[key] = (n + 1, why)
+    print(f"model shape unknown in {sum(n for n, _ in unknown_models.values())} recipes:")
+    for key, (n, why) in sorted(unknown_models.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        print(f"  {n:3d}  {key}: {why}")
     return 0
 
 

@@ -5,10 +5,13 @@ JSON contract (other tools read it)::
     {"recipes": [{"file": <path as given>, "function": str, "line": int,
                   "fields": {"<section>.<field>": {"value": <json>, "file": str, "line": int, "origin": str}},
                   "unknown": ["<section>.<field>", ...],
-                  "rewrites": [{"path", "old", "new", "reason"}]}]}
+                  "rewrites": [{"path", "old", "new", "reason"}],
+                  "architecture": null | {"hf_id", "origin", "path", "source", "bridge", "provider",
+                                          "confidence"} | {"hf_id", "origin": "unknown", "reason"}}]}
 
 Unknown values are ``null`` in ``fields`` and listed in ``unknown``. ``rewrites`` lists Bridge's
-runtime rewrites with their reasons (additive to the contract).
+runtime rewrites with their reasons, ``architecture`` where an ``AutoBridge`` model's architecture came
+from (bundled table, Hugging Face cache, a pyproject path) or why it is unknown (both additive to the contract).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def recipe_json(r: ResolvedRecipe) -> dict[str, Any]:
         "unknown": unknown,
         "rewrites": [{"path": w.path, "old": json_value(w.old), "new": json_value(w.new), "reason": w.reason}
                      for w in r.rewrites],
+        "architecture": r.architecture,
     }
 
 
@@ -71,6 +75,11 @@ def render_resolve_text(recipes: list[ResolvedRecipe]) -> str:
             where = f"{f.location.path}:{f.location.line}"
             extra = f"  # {f.note}" if f.note and f.origin == "runtime" else ""
             lines.append(f"  {path} = {_fmt(f.value)}  [{f.origin} {where}]{extra}")
+        a = r.architecture
+        if a is not None:
+            where = a.get("path") or a.get("source") or ""
+            lines.append(f"  architecture of {a['hf_id']}: {a['origin']}" + (f" ({where})" if a["origin"] != "unknown"
+                                                                              else f" ({a.get('reason', '')})"))
         for note in r.notes:
             lines.append(f"  note: {note}")
         lines.append("")

@@ -28,8 +28,9 @@ Example::
     [tool.mbmem-lint.targets]    # per-path GPU / world size
     "recipes/gb200/**" = { gpu = "gb200", world-size = 256 }
 
-    [tool.mbmem-lint.models]     # extra HF architectures: id -> config.json path
+    [tool.mbmem-lint.models]     # extra HF architectures: id -> config.json path or checkpoint folder
     "my-org/my-model" = "models/my-model/config.json"
+    "my-org/other" = "checkpoints/other"
 
     [tool.mbmem-lint.recipes]    # YAML override -> recipe pairing
     "conf/llama_finetune.yaml" = "recipes/llama.py::llama3_8b_finetune_config"

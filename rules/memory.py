@@ -152,4 +152,49 @@ MBM703 = Rule(
     references=('NVIDIA/skills nemo-mbridge-perf-memory-tuning card.yaml: a 5% regression threshold for the Llama3 70B perf case (Megatron Bridge PR #3107)',)
 )
 
-RULES = [MBM701, MBM702, MBM703]
+
+def _not_checked(ctx: RuleContext) -> Iterator[Finding]:
+    try:
+        from mbmem_lint.estimate.api import estimate_recipe
+        from mbmem_lint.estimate.gpus import UnknownGpuError
+        from mbmem_lint.estimate.types import EstimateUnavailable
+        from mbmem_lint.estimate.unchecked import SHAPE_PATHS, memory_not_checked_message
+    except ImportError:  # estimator not installed
+        return
+    try:
+        estimate_recipe(ctx.r)
+    except EstimateUnavailable as exc:
+        fields = [p for p in exc.missing_fields] or list(SHAPE_PATHS)
+        if ctx.r.architecture is not None:
+            fields.insert(0, "model.hf_model_id")
+        yield Finding(memory_not_checked_message(ctx.r, exc), fields, location=ctx.anchor(exc.missing_fields[0]
+                      if exc.missing_fields else "model"))
+    except UnknownGpuError:
+        return
+
+
+MBM704 = Rule(
+    code="MBM704", name="memory-not-checked", severity="info",
+    summary="The recipe's memory cannot be checked: the model architecture (or shape) is not known.",
+    fields=("model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.hf_model_id"),
+    rationale=("Without the model's shape there is no per-rank estimate, so MBM701/MBM702 stay silent: such a recipe "
+               "must not read as if it fits. `AutoBridge.from_hf_pretrained(id)` reads the architecture from the "
+               "model's config.json at run time; mbmem-lint never downloads it, so it needs the config from its "
+               "bundled table (published config.json files), a `[tool.mbmem-lint.models]` entry (a config.json or a "
+               "checkpoint folder), or the Hugging Face cache. The message names the model id and why it is unknown "
+               "(not bundled and not in the cache, a cache file that is not valid JSON, an architecture Bridge "
+               "registers no model bridge for, ...). `mbmem-lint estimate` exits 2 with the same text."),
+    sources=(SourceRef("megatron/bridge/models/conversion/auto_bridge.py:1638-1714", "no-effect",
+                       "to_megatron_provider() builds the provider from the downloaded config.json: the shape is "
+                       "only known once the job runs"),
+             SourceRef("megatron/bridge/models/conversion/model_bridge.py:437-480", "no-effect",
+                       "CONFIG_MAPPING: num_hidden_layers, hidden_size, num_attention_heads ... come from config.json")),
+    check=_not_checked,
+    valid=(Example(py("cfg.train.micro_batch_size = 1", base=SMALL, gpus=8)),),
+    invalid=(Example(py(
+        'cfg.model = AutoBridge.from_hf_pretrained("my-org/unpublished-model").to_megatron_provider(  # <-\n'
+        '    load_weights=False)', base=SMALL, gpus=8, imports="from megatron.bridge import AutoBridge")),),
+    references=("Megatron Bridge 0.6.2 AutoBridge.from_hf_pretrained / to_megatron_provider",),
+)
+
+RULES = [MBM701, MBM702, MBM703, MBM704]

@@ -47,6 +47,20 @@ RESOLVE_SCHEMA = {
                 "required": ["path", "old", "new", "reason"],
                 "properties": {"path": {"type": "string"}, "old": {}, "new": {},
                                "reason": {"type": "string", "minLength": 1}}}},
+            # additive too: where an AutoBridge model's architecture came from, or why it is unknown
+            "architecture": {"oneOf": [
+                {"type": "null"},
+                {"type": "object", "additionalProperties": False,
+                 "required": ["hf_id", "origin", "path", "source", "bridge", "provider", "confidence"],
+                 "properties": {"hf_id": {"type": "string"},
+                                "origin": {"enum": ["bundled", "cache", "pyproject"]},
+                                "path": {"type": ["string", "null"]}, "source": {"type": "string"},
+                                "bridge": {"type": ["string", "null"]}, "provider": {"type": "string"},
+                                "confidence": {"enum": ["exact", "partial"]}}},
+                {"type": "object", "additionalProperties": False, "required": ["hf_id", "origin", "reason"],
+                 "properties": {"hf_id": {"type": "string"}, "origin": {"const": "unknown"},
+                                "reason": {"type": "string"}}},
+            ]},
         },
     }}},
 }
@@ -86,7 +100,8 @@ def test_json_contract(recipe_dir):
     data = json.loads(res.stdout)
     jsonschema.validate(data, RESOLVE_SCHEMA)
     (rec,) = data["recipes"]
-    assert set(rec) == {"file", "function", "line", "fields", "unknown", "rewrites"}
+    assert set(rec) == {"file", "function", "line", "fields", "unknown", "rewrites", "architecture"}
+    assert rec["architecture"]["hf_id"] == "acme/unknown-model" and rec["architecture"]["origin"] == "unknown"
     assert rec["file"] == "sub/my_recipe.py"  # as given, relative
     assert rec["function"] == "my_pretrain_8gpu_h100_bf16_config"
     assert rec["line"] == 7

@@ -55,9 +55,11 @@ def rewrite(r: ResolvedRecipe, path: str):
 
 def test_mixed_precision_string_preset_overwrites_ddp_grad_reduce(tmp_path):
     body = """\
+    import torch
     cfg.mixed_precision = "bf16_mixed"
     cfg.ddp.grad_reduce_in_fp32 = False
     cfg.model.pipeline_dtype = None
+    cfg.model.params_dtype = torch.float32  # Bridge's conversion gave bf16 (config.json dtype)
     """
     r = resolve_body(tmp_path, body)
     f = r.fields["ddp.grad_reduce_in_fp32"]
@@ -71,6 +73,7 @@ def test_mixed_precision_string_preset_overwrites_ddp_grad_reduce(tmp_path):
     assert r.section_class("mixed_precision").endswith("MixedPrecisionConfig")
     assert r.get("model.params_dtype") == "torch.bfloat16"
     assert r.fields["model.params_dtype"].origin == "runtime"
+    assert rewrite(r, "model.params_dtype").old == "torch.float32"
     assert r.get("optimizer.bf16") is True
     # pipeline_dtype=None is replaced by the preset's bf16 (training/mixed_precision.py setup())
     assert r.get("model.pipeline_dtype") == "torch.bfloat16"

@@ -74,6 +74,23 @@ def _import_qualname(qualname: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _is_unknown(v: Any) -> bool:
+    return "'unknown'" in repr(v)
+
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict) and set(v) == {"symbol"}:
+        try:
+            return _import_qualname(v["symbol"])
+        except (ImportError, AttributeError):
+            return v["symbol"]
+    if isinstance(v, dict):
+        return {k: _decode(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    return v
+
+
 class _OfflineBridge:
     """What ``AutoBridge.from_hf_pretrained(id)`` returns here: no download, the table's architecture."""
 
@@ -87,9 +104,14 @@ class _OfflineBridge:
             raise SkipRecipe(f"HF id {self.hf_id!r} is not in mbmem-lint's model table")
         cls = _import_qualname(entry["provider"])
         names = {f.name for f in dataclasses.fields(cls) if f.init}
-        kwargs = {k: (tuple(v) if k == "window_size" and isinstance(v, list) else v)
-                  for k, v in entry["fields"].items() if k in names}
+        # The table's JSON: {"symbol": "torch.bfloat16"} for objects (dtypes, activation functions),
+        # {"unknown": why} for what mbmem-lint does not know (left to the provider's default here).
+        kwargs = {k: (tuple(v) if k == "window_size" and isinstance(v, list) else _decode(v))
+                  for k, v in entry["fields"].items() if k in names and not _is_unknown(v)}
         provider = cls(**kwargs)
+        for k, v in entry["fields"].items():  # attributes Bridge's conversion sets beyond the dataclass fields
+            if k not in names and not _is_unknown(v):
+                setattr(provider, k, _decode(v))
         if load_weights:
             provider.perform_initialization = False
         provider.hf_model_id = str(hf_path) if hf_path is not None else self.hf_id

@@ -41,6 +41,7 @@ def estimate(path: str, gpu: str | None, world_size: int | None, recipe: str | N
     from mbmem_lint.estimate.gpus import UnknownGpuError
     from mbmem_lint.estimate.render import render_markdown, render_text
     from mbmem_lint.estimate.types import EstimateUnavailable
+    from mbmem_lint.estimate.unchecked import memory_not_checked_message
 
     run, settings = resolve_targets((path,), None, gpu, world_size, recipe, set_items)
     if not run.recipes:
@@ -53,7 +54,8 @@ def estimate(path: str, gpu: str | None, world_size: int | None, recipe: str | N
         try:
             est = estimate_recipe(r, gpu=gpu, world_size=world_size)
         except EstimateUnavailable as exc:
-            echo(f"{r.path}::{r.function}: estimate unavailable: {exc.reason}", err=True)
+            # The text of MBM704 (memory-not-checked): an unknown model never reads as "fits".
+            echo(f"{r.path}::{r.function}: {memory_not_checked_message(r, exc)}", err=True)
             status = EXIT_ERROR
             continue
         except UnknownGpuError as exc:

@@ -1,4 +1,5 @@
-"""Regenerate the shipped data files (``schema.pack``, ``models.json``, ``library.pack``) from the wheels.
+"""Regenerate the shipped data files (``schema.pack``, ``models.json``, ``library.pack``, ``bridges.pack``) from
+the wheels.
 
 ``regenerate(corpus, out_dir)`` writes them; ``check_stale(corpus)`` says which shipped files differ
 from a fresh regeneration (used by ``mbmem-lint dev regenerate --check`` and a corpus test).
@@ -28,10 +29,15 @@ def render(corpus: Path) -> dict[str, bytes]:
 
     schema = generate_schema(corpus)
     out: dict[str, bytes] = {SCHEMA_FILE: schema_pack(schema)}
-    # The HF mapping filters kwargs by provider field names: use the fresh schema, not the shipped one.
-    out[MODELS_NAME] = dumps(generate_models(Schema(schema))) + b"\n"
-    from mbmem_lint.resolve.library import LIBRARY_FILE, dump_library, generate_library
+    from mbmem_lint.data_pack import Pack
+    from mbmem_lint.resolve.bridges import BRIDGES_FILE, dump_bridges, generate_bridges
+    from mbmem_lint.resolve.library import LIBRARY_FILE, LibrarySummary, dump_library, generate_library
 
+    out[BRIDGES_FILE] = dump_bridges(generate_bridges(corpus))
+    pack = Pack(out[BRIDGES_FILE])
+    bridges = LibrarySummary(pack.meta["modules"], pack, pack.meta["megatron_bridge"])
+    # The conversion runs the fresh bridge summary against the fresh schema, not the shipped ones.
+    out[MODELS_NAME] = dumps(generate_models(Schema(schema), bridges)) + b"\n"
     out[LIBRARY_FILE] = dump_library(generate_library(corpus))
     return out
 

@@ -30,6 +30,7 @@ RECOMPUTE_DROPS: dict[str, tuple[str, ...]] = {
             "shared_fc1_out", "shared_act", "shared_glu_unfused"),
     "shared_experts": ("shared_fc1_out", "shared_act", "shared_glu_unfused"),
     "mla_up_proj": ("mla_qkv",),
+    "gdn_norm_out": ("gdn_norm_out",),  # ssm/gated_delta_net/common.py L262-265 (CheckpointWithoutOutput)
 }
 # Fine-grained activation offloading module -> terms moved to host memory (MCore offload_modules).
 OFFLOAD_TERMS: dict[str, tuple[str, ...]] = {
@@ -154,7 +155,9 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
     h = s.hidden
     drop = s.hidden_dropout > 0
     lora = inp.peft
-    frozen = lora is not None
+    ext = s.ext
+    # PEFT, or a VL model with its language model frozen (freeze_language_model): the base GEMMs save no inputs.
+    frozen = lora is not None or (ext is not None and ext.freeze_lm)
     targets = set(lora.targets) if lora is not None else set()
     out: dict[str, float] = {}
 
@@ -162,6 +165,16 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
         out[k] = out.get(k, 0.0) + v
 
     for kind in layer_sublayers(s, index):
+        if kind == "gdn" or kind == "dsa" or kind.startswith("dsv4:"):
+            from mbmem_lint.estimate import kinds
+
+            if kind == "gdn":
+                kinds.gdn_terms(inp, add, frozen)
+            elif kind == "dsa":
+                kinds.dsa_terms(inp, add)
+            else:
+                kinds.dsv4_terms(inp, add, int(kind[5:]))
+            continue
         if kind in ("attn", "mla"):
             add("attn_norm", 2 * T * h * r)  # norm input, for the norm's backward
             if kind == "attn":
@@ -178,6 +191,10 @@ def layer_terms(inp: Inputs, index: int) -> dict[str, float]:
                     # Llama-3.2-1B shape, seq 4096 (bench/gpu_calibration case E).
                     add("core_attn_ckpt_qkv", 2 * T * (a + g) * d / t)
                 o_elems = o_att = T * a * d / t
+                if ext is not None and ext.attn_gate:
+                    # x * sigmoid(gate.float()) (attention.py L1605-1628): the fp32 sigmoid output, and the gated
+                    # result as the projection's input besides O.
+                    add("attn_gate", 6 * o_elems)
             else:
                 # MLA (multi_latent_attention.py get_query_key_value_tensors, Core 0.19.2): the input norm's
                 # output feeds the replicated down-projection(s); the latents q_compressed / kv_compressed are

@@ -167,6 +167,15 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
             emb_mb = chunk_passes(par, rank, len(plan.chunks), inp.train.num_microbatches)[0]
             comps.append(Component("embedding activations", int(embedding_activation(inp) * emb_mb), [
                 "model.seq_length", "train.micro_batch_size", "model.hidden_dropout"], kind="activation"))
+            vision = 0.0
+            if inp.shape.ext is not None:
+                from mbmem_lint.estimate.kinds import vision_activation_bytes
+
+                vision = vision_activation_bytes(inp)
+            if vision:
+                comps.append(Component(f"vision tower activations ({emb_mb:g} microbatches)", int(vision * emb_mb), [
+                    "model.vision_config", "model.freeze_vision_model", "dataset.image_size", "dataset.num_images",
+                    "train.micro_batch_size"], kind="activation"))
         if plan.loss:
             comps.append(Component("logits + cross-entropy (fp32)", int(output_activation(inp)), [
                 "model.vocab_size", "model.seq_length", "train.micro_batch_size",

@@ -117,6 +117,8 @@ class Shape:
     # TransformerConfig defaults bias_activation_fusion to False (transformer_config.py L482) and only some
     # Bridge model bridges turn it on (e.g. llama_bridge.py L67, not qwen3_bridge.py).
     glu_fused: bool = True
+    # Gated DeltaNet, DSA indexer, DeepSeek-V4 attention, vision tower, frozen LM (estimate/kinds.py)
+    ext: Any = None
 
 
 @dataclass
@@ -346,6 +348,11 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     act = r.value("model.activation_func", "")
     glu = r.value("model.gated_linear_unit", False) is True
     pos_type = r.value("model.position_embedding_type", "learned_absolute")
+    if isinstance(r.raw("model.position_embedding_type"), Unknown):
+        # Unknown (e.g. a partial config.json leaves Bridge's rope/yarn choice open): every AutoBridge model uses
+        # rotary embeddings; a learned table would add max_position x hidden parameters.
+        pos_type = "rope"
+        r.assumptions.append("model.position_embedding_type is not statically known; assumed rotary (rope)")
 
     shape = Shape(
         num_layers=n_layers, hidden=hidden, heads=heads, groups=groups, kv_channels=kv, ffn=ffn, vocab=vocab,
@@ -384,6 +391,17 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
                           note="MCore's TransformerConfig default: the unfused GLU path") is True
         or r.bool_("model.use_te_activation_func", False),
     )
+    if (r.raw("model.experimental_attention_variant") is not None or r.raw("model.attention_output_gate") is True
+            or isinstance(r.raw("model.vision_config"), dict) or r.raw("model.freeze_language_model") is True
+            or isinstance(r.raw("model.hf_config"), dict)):
+        # Gated DeltaNet, DSA, DeepSeek-V4, a vision tower or a frozen LM (estimate/kinds.py, imported only then)
+        from mbmem_lint.estimate.kinds import read_ext
+
+        shape.ext = read_ext(r, n_layers, hidden)
+        if shape.ext is not None:
+            r.assumptions.extend(shape.ext.assumptions)
+    if num_experts == 0 and isinstance(r.raw("model.num_moe_experts"), Unknown):
+        r.assumptions.append("model.num_moe_experts is not statically known; assumed a dense model")
     if isinstance(act, str) and act and "silu" not in act and "gelu" not in act and glu:
         r.assumptions.append(f"activation {act!r} with gated_linear_unit counted as a 2-matrix GLU input")
 

@@ -53,6 +53,17 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
             base = base + Params(tp=output_params(s))
     if first or has_mtp:
         base = base + Params(tp=embedding_params(s))
+    ext = s.ext
+    if ext is None:
+        return base, adapters
+    from mbmem_lint.estimate import kinds
+
+    if inp.peft is None and kinds.trainable_subset(inp):
+        # A VL model training only some parts: frozen parts count as weights only (like a PEFT base).
+        frozen, trained, _ = kinds.split_trainable(inp, base, first)
+        return frozen, trained
+    if first and ext.vision is not None:
+        base = base + Params(tp=kinds.vision_params(ext.vision), linear=kinds.vision_params(ext.vision))
     return base, adapters
 
 
@@ -122,9 +133,17 @@ def model_state_components(inp: Inputs, base: Params, adapters: Params, family: 
         fields.append("ddp.data_parallel_sharding_strategy")
     comps.append(Component("weights", int(wbytes), fields))
 
-    if inp.peft is None:
+    subset = False
+    if inp.shape.ext is not None:
+        from mbmem_lint.estimate.kinds import trainable_subset
+
+        subset = trainable_subset(inp)
+    if inp.peft is None and not subset:
         t_dense, t_expert = dense, expert
         peft_f: list[str] = []
+    elif inp.peft is None:
+        t_dense, t_expert = a_dense, a_expert
+        peft_f = ["model.freeze_language_model", "model.freeze_vision_model", "model.freeze_vision_projection"]
     else:
         t_dense, t_expert = a_dense, a_expert
         peft_f = ["peft", "peft.dim", "peft.target_modules"]

@@ -42,6 +42,8 @@ def attention(s: Shape) -> Params:
     """Standard (GQA) self-attention incl. its input norm: q, k, v, o; biases; qk-norm."""
     h, a, g, d = s.hidden, s.heads, s.groups, s.kv_channels
     qkv = h * (a + 2 * g) * d
+    if s.ext is not None and s.ext.attn_gate:
+        qkv += h * a * d  # the output gate's projection (attention.py L1678-1680)
     proj = a * d * h
     bias_tp = (a + 2 * g) * d if (s.add_bias_linear or s.add_qkv_bias) else 0
     rep = norm_params(s, h) + (h if s.add_bias_linear else 0) + (2 * d if s.qk_layernorm else 0)
@@ -108,11 +110,21 @@ def layer_sublayers(s: Shape, index: int) -> list[str]:
     if s.hybrid is not None and index < len(s.hybrid):
         return [{"M": "mamba", "*": "attn", "-": "mlp", "E": "moe", "G": "attn"}[s.hybrid[index]]]
     attn = "mla" if s.mla else "attn"
+    extra: list[str] = []
+    ext = s.ext
+    if ext is not None:  # estimate/kinds.py
+        if ext.dsv4 is not None:
+            ratios = ext.dsv4.compress_ratios
+            attn = f"dsv4:{ratios[index] if index < len(ratios) else 0}"
+        elif ext.linear is not None and index < s.num_layers and ext.linear[index]:
+            attn = "gdn"
+        elif ext.dsa is not None and s.mla:
+            extra = ["dsa"]
     if index >= s.num_layers:  # MTP: same type as the last layer
         is_moe = s.moe_pattern[-1] if s.moe_pattern else False
     else:
         is_moe = s.moe_pattern[index]
-    return [attn, "moe" if is_moe else "mlp"]
+    return [attn, *extra, "moe" if is_moe else "mlp"]
 
 
 def layer_kinds(s: Shape, indices: list[int]) -> list[tuple[str, ...]]:
@@ -128,13 +140,22 @@ def layer_kinds(s: Shape, indices: list[int]) -> list[tuple[str, ...]]:
     return [table[i] for i in indices]
 
 
+def _sublayer_params(s: Shape, kind: str) -> Params:
+    from mbmem_lint.estimate import kinds
+
+    if kind.startswith("dsv4:"):
+        return kinds.dsv4_params(s, int(kind[5:]))
+    return {"gdn": kinds.gdn_params, "dsa": kinds.dsa_params}[kind](s)
+
+
 SUBLAYER_PARAMS = {"attn": attention, "mla": mla, "mlp": dense_mlp, "moe": moe, "mamba": mamba}
 
 
 def layer_params(s: Shape, index: int) -> Params:
     p = Params()
     for kind in layer_sublayers(s, index):
-        p = p + SUBLAYER_PARAMS[kind](s)
+        fn = SUBLAYER_PARAMS.get(kind)
+        p = p + (fn(s) if fn is not None else _sublayer_params(s, kind))
     if index >= s.num_layers:  # MTP block: eh_proj (2h -> h) + enorm + hnorm
         p = p + Params(tp=2 * s.hidden * s.hidden, rep=2 * norm_params(s, s.hidden), linear=2 * s.hidden * s.hidden)
     return p

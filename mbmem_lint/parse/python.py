@@ -13,7 +13,8 @@ Statements (``loc`` = ``[line, col, end_line, end_col]``, 1-based columns, end e
     ["while", test, body, orelse, loc]         ["with", body, loc]
     ["try", body, [handler bodies], orelse, finally, loc]
     ["def", name, params, body, loc, returns, decorators]
-    ["class", name, loc]                       ["import", [[module, asname]], loc]
+    ["class", name, loc] or, lowered with class_bodies, ["class", name, loc, bases, body, decorator calls]
+    ["import", [[module, asname]], loc]
     ["from", module, level, [[name, asname]] | "*", loc]
     ["raise", loc]   ["break", loc]   ["continue", loc]   ["del", [target...], loc]
     ["opaque", [assigned names], loc]
@@ -25,6 +26,12 @@ Expressions::
     ["list", [e]]  ["tuple", [e]]  ["set", [e]]  ["dict", [[key | None, value]], loc]
     ["sub", value, index]  ["slice", lo, hi, step]  ["ifx", test, body, orelse]
     ["fstr", [part...]]  ["star", e]  ["u", reason]
+    ["comp", "list" | "set" | "gen" | "dict", elt, key | None, [[target, iter, [cond...]]...]]
+    ["lambda", params, body expr, loc]
+
+A class statement keeps its bases, body and decorator expressions only when asked (``class_bodies``: the
+interpreter analyses classes only in Megatron Bridge's model bridges, :mod:`mbmem_lint.resolve.bridges`); a
+decorator of a ``def`` is kept as its dotted name.
 
 Expressions that carry a value a fix may replace are wrapped: ``["at", expr, loc]``.
 """
@@ -73,8 +80,9 @@ class _Columns:
 
 
 class _Lowerer:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, class_bodies: bool = False) -> None:
         self.cols = _Columns(text)
+        self.class_bodies = class_bodies
 
     def loc(self, node: ast.AST) -> list[int]:
         if self.cols.ascii:  # the common case: byte offsets are character offsets
@@ -135,7 +143,10 @@ class _Lowerer:
         if isinstance(s, ast.FunctionDef):
             return self.funcdef(s, loc)
         if isinstance(s, ast.ClassDef):
-            return ["class", s.name, loc]
+            if not self.class_bodies:
+                return ["class", s.name, loc]
+            return ["class", s.name, loc, [self.expr(b) for b in s.bases], self.body(s.body),
+                    [self.expr(d) for d in s.decorator_list]]
         if isinstance(s, ast.Import):
             return ["import", [[a.name, a.asname] for a in s.names], loc]
         if isinstance(s, ast.ImportFrom):
@@ -155,7 +166,12 @@ class _Lowerer:
         return ["opaque", sorted(_bound_names(s)), loc]
 
     def funcdef(self, s: ast.FunctionDef, loc: list[int]) -> IR:
-        a = s.args
+        params = self.params(s.args)
+        returns = ast.unparse(s.returns) if s.returns is not None else None
+        decorators = [_dotted(d) or "?" for d in s.decorator_list]
+        return ["def", s.name, params, self.body(s.body), loc, returns, decorators]
+
+    def params(self, a: ast.arguments) -> list[IR]:
         params: list[IR] = []
         positional = list(a.posonlyargs) + list(a.args)
         defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
@@ -167,9 +183,7 @@ class _Lowerer:
             params.append([arg.arg, self.expr(kd) if kd is not None else None, "kwonly"])
         if a.kwarg is not None:
             params.append([a.kwarg.arg, None, "kwarg"])
-        returns = ast.unparse(s.returns) if s.returns is not None else None
-        decorators = [_dotted(d) or "?" for d in s.decorator_list]
-        return ["def", s.name, params, self.body(s.body), loc, returns, decorators]
+        return params
 
     # -- expressions --------------------------------------------------------------------------
     def at(self, e: ast.expr) -> IR:
@@ -231,6 +245,17 @@ class _Lowerer:
             return ["star", self.expr(e.value)]
         if isinstance(e, ast.NamedExpr):
             return ["u", "assignment expression"]
+        if isinstance(e, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            gens = [[self.expr(g.target), self.expr(g.iter), [self.expr(c) for c in g.ifs]] for g in e.generators]
+            if any(g.is_async for g in e.generators):
+                return ["u", "async comprehension"]
+            if isinstance(e, ast.DictComp):
+                return ["comp", "dict", self.expr(e.value), self.expr(e.key), gens]
+            kind = "list" if isinstance(e, ast.ListComp) else "set" if isinstance(e, ast.SetComp) else "gen"
+            return ["comp", kind, self.expr(e.elt), None, gens]
+        if isinstance(e, ast.Lambda):
+            params = self.params(e.args)
+            return ["lambda", params, self.expr(e.body), self.loc(e)]
         return ["u", type(e).__name__]
 
 
@@ -273,10 +298,11 @@ def _raise(message: str, line: int, col: int) -> ast.Module:
     raise PythonParseError(message, line, col)
 
 
-def lower_module(text: str, filename: str = "<recipe>") -> list[IR]:
-    """Parse and lower a module's statements to IR. Raises :class:`PythonParseError`."""
+def lower_module(text: str, filename: str = "<recipe>", *, class_bodies: bool = False) -> list[IR]:
+    """Parse and lower a module's statements to IR. Raises :class:`PythonParseError`. ``class_bodies``: keep
+    the bases, body and decorators of class statements (only the model-bridge summary needs them)."""
     tree = parse_python(text, filename)
     try:
-        return _Lowerer(text).body(tree.body)
+        return _Lowerer(text, class_bodies).body(tree.body)
     except RecursionError:
         raise PythonParseError("expression nesting too deep to analyse", 1, 1) from None

@@ -132,6 +132,25 @@ def regression_table(rows: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+NOT_CHECKED = "MBM704"  # memory-not-checked (rules/memory.py)
+
+
+def not_checked_table(diagnostics: Iterable[Diagnostic]) -> str:
+    """The recipes whose memory was not checked (MBM704), with why and how to supply the architecture: listed
+    apart so an unknown model never passes for "fits" in a summary that shows the estimates."""
+    rows = [d for d in diagnostics if d.code == NOT_CHECKED]
+    if not rows:
+        return ""
+    lines = ["### Memory not checked", "",
+             f"{len(rows)} recipe{'s' if len(rows) != 1 else ''} got no memory verdict: the model architecture is "
+             "not known.", "", "| Recipe | Location | Why and how to supply it |", "|---|---|---|"]
+    for d in rows:
+        loc = d.location
+        why = d.message.removeprefix("memory not checked: ")
+        lines.append(f"| {_code(d.function) if d.function else '—'} | {_code(f'{loc.path}:{loc.line}')} | {cell(why)} |")
+    return "\n".join(lines) + "\n"
+
+
 def summary_markdown(
     diagnostics: Iterable[Diagnostic],
     estimates: Iterable[Any] | None = None,
@@ -147,6 +166,9 @@ def summary_markdown(
     regs = list(regressions or ())
     if regs:
         parts += ["### Peak memory against the base revision", "", regression_table(regs)]
+    unchecked = not_checked_table(diags)
+    if unchecked:
+        parts += [unchecked]
     ests = estimate_dicts(estimates)
     if ests:
         parts += ["### Memory estimate per pipeline stage", ""]

@@ -17,19 +17,25 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mbmem_lint.diagnostics import Location
+from mbmem_lint.resolve import pyclasses
 from mbmem_lint.resolve.clone import clone
 from mbmem_lint.resolve.resolved import Unknown
 from mbmem_lint.resolve.values import (
+    BoundFunc,
     BoundMethod,
     DictVal,
     Ext,
     Func,
+    HFConfig,
     HFModel,
     LocalClass,
     ModuleRef,
     Obj,
     Prov,
+    PyClass,
+    PyInstance,
     Slot,
+    SuperProxy,
     WriteRec,
     is_known_external,
 )
@@ -113,7 +119,8 @@ def dotted_text(ir: Any) -> str | None:
 
 
 class Frame:
-    __slots__ = ("module", "locals", "func", "may", "cur", "may_returns")
+    __slots__ = ("module", "locals", "func", "may", "cur", "may_returns", "closure", "function", "tries",
+                 "class_body")
 
     def __init__(self, module: ModuleEnv, local_vars: dict[str, Any] | None, func: str | None) -> None:
         self.module = module
@@ -123,6 +130,10 @@ class Frame:
         self.may = 0
         self.cur: list[int] | None = None  # location of the statement being executed
         self.may_returns: list[Any] = []
+        self.closure: list[dict[str, Any]] | None = None  # enclosing functions' locals, innermost first
+        self.function: Func | None = None  # the running function (methods: its class, for super())
+        self.tries = 0  # enclosing try statements in this frame: a callee's raise propagates to them
+        self.class_body = False  # the body of a class statement (its defs close over nothing)
 
 
 class Interpreter:
@@ -299,7 +310,10 @@ class Interpreter:
             new_value = join(old_value, value, f"set conditionally at {prov.loc.path}:{prov.loc.line}")
         else:
             new_value = value
-        rec = WriteRec(value, prov, valid)
+        # An attribute Bridge's own conversion set on the provider (provider_bridge() may add attributes that
+        # are not dataclass fields, which the model code reads) is a real attribute for later writes too.
+        rec = WriteRec(value, prov, valid or (old is not None and bool(old.history)
+                                              and old.history[0].prov.origin == "model-table"))
         slot = table.get(name)
         # Slots are replaced, never changed in place: clones share them (clone.py).
         table[name] = Slot(new_value, prov, (rec,) if slot is None else slot.history + (rec,))
@@ -307,7 +321,7 @@ class Interpreter:
     def to_dictval(self, d: dict[Any, Any], prov: Prov) -> DictVal:
         dv = DictVal(prov)
         for k, v in d.items():
-            dv.slots[k] = Slot(v, prov)
+            dv.slots[k] = Slot(self.to_dictval(v, prov) if isinstance(v, dict) else v, prov)
         return dv
 
     # ------------------------------------------------------------------ running code
@@ -326,7 +340,7 @@ class Interpreter:
         self.tick()
         f = self.frame
         kind = s[0]
-        f.cur = s[-1] if kind != "def" else s[4]
+        f.cur = s[4] if kind == "def" else s[2] if kind == "class" else s[-1]
         if kind == "assign":
             value = self.eval(s[2])
             for t in s[1]:
@@ -346,12 +360,7 @@ class Interpreter:
             elif test is False:
                 self.run_body(s[3])
             else:
-                self.enter_may()
-                try:
-                    self.run_may(s[2])
-                    self.run_may(s[3])
-                finally:
-                    self.exit_may()
+                self.run_paths([s[2], s[3]])
         elif kind == "augassign":
             cur = self.eval(s[1])
             value = self.binop(s[2], cur, self.eval(s[3]))
@@ -359,21 +368,21 @@ class Interpreter:
         elif kind == "for":
             self.exec_for(s)
         elif kind == "while":
-            self.enter_may()
-            try:
-                self.run_may(s[3])
-                self.run_may(s[4])
-            finally:
-                self.exit_may()
+            self.exec_while(s)
         elif kind == "with":
             self.run_body(s[1])
         elif kind == "try":
             self.exec_try(s)
         elif kind == "def":
-            fn = Func(s[1], s[2], s[3], f.module, s[4], s[5], f"{f.module.name}.{s[1]}")
+            fn = Func(s[1], s[2], s[3], f.module, s[4], s[5], f"{f.module.name}.{s[1]}",
+                      closure=self._closure_for(f), kind=pyclasses.func_kind(s[6]) if len(s) > 6 else "function")
             self.bind(s[1], fn)
         elif kind == "class":
-            self.bind(s[1], self.project.class_value(f.module, s[1]))
+            if len(s) > 3 and self.project.analyse_classes and f.module.is_library:
+                known = self.project.class_value(f.module, s[1])
+                self.bind(s[1], known if isinstance(known, Ext) else pyclasses.define_class(self, s))
+            else:
+                self.bind(s[1], self.project.class_value(f.module, s[1]))
         elif kind == "import":
             for name, asname in s[1]:
                 if asname:
@@ -398,21 +407,56 @@ class Interpreter:
         elif kind == "del":
             pass
 
+    def run_paths(self, bodies: list[list[Any]]) -> None:
+        """Run bodies of which one runs, we do not know which (the branches of an ``if`` with an unknown
+        condition, a loop body that may or may not run). Writes to objects join with their previous value
+        as they happen (may mode); names are bound plainly on each path, every path starting from the same
+        names, and merged after: a name whose paths disagree is unknown."""
+        f = self.frame
+        table = f.locals if f.locals is not None else f.module.globals
+        pre = dict(table)
+        outcomes: list[dict[str, Any]] = []
+        self.enter_may()
+        try:
+            for body in bodies:
+                if outcomes:
+                    table.clear()
+                    table.update(pre)
+                self.run_may(body)
+                outcomes.append(dict(table))
+        finally:
+            self.exit_may()
+            table.clear()
+            table.update(_merge_paths(pre, outcomes, f.cur))
+
     def run_may(self, body: list[Any]) -> None:
         """Run a body whose execution is uncertain; a raise/break in it just ends that path."""
         with contextlib.suppress(_Raise, _Break, _Continue):
             self.run_body(body)
 
+    def exec_while(self, s: list[Any]) -> None:
+        """Run the loop while its condition is known (at most MAX_LOOP_UNROLL times); from the first unknown
+        condition on, the body may run (once or more) and so may the else branch."""
+        for _ in range(MAX_LOOP_UNROLL):
+            test = self.truth(self.eval(s[1]))
+            if test is False:
+                self.run_body(s[3])
+                return
+            if test is None:
+                break
+            try:
+                self.run_body(s[2])
+            except _Break:
+                return
+            except _Continue:
+                continue
+        self.run_paths([s[3], s[2] + s[3]])
+
     def exec_for(self, s: list[Any]) -> None:
         it = self.iterate(self.eval(s[2]))
         if it is None or len(it) > MAX_LOOP_UNROLL:
-            self.enter_may()
-            try:
-                self.assign(s[1], Unknown("loop variable"), None)
-                self.run_may(s[3])
-                self.run_may(s[4])
-            finally:
-                self.exit_may()
+            self.assign(s[1], Unknown("loop variable"), None)
+            self.run_paths([s[4], s[3] + s[4]])
             return
         broke = False
         for item in it:
@@ -428,20 +472,20 @@ class Interpreter:
             self.run_body(s[4])
 
     def exec_try(self, s: list[Any]) -> None:
+        f = self.frame
+        f.tries += 1
         try:
             self.run_body(s[1])
+            raised = False
         except _Raise:
+            raised = True
+        finally:
+            f.tries -= 1
+        if raised:
             # A definite raise inside try: a handler runs, but we do not know which one.
-            self.enter_may()
-            try:
-                for h in s[2]:
-                    self.run_may(h)
-            finally:
-                self.exit_may()
+            self.run_paths(s[2] or [[]])
         else:
             self.run_body(s[3])
-        finally:
-            pass
         self.run_body(s[4])
 
     def exec_from(self, s: list[Any]) -> None:
@@ -475,22 +519,25 @@ class Interpreter:
     # ------------------------------------------------------------------ names
     def bind(self, name: str, value: Any) -> None:
         f = self.frame
-        table = f.locals if f.locals is not None else f.module.globals
-        if f.may and name in table:
-            table[name] = join(table[name], value, f"bound conditionally at line {(f.cur or [0])[0]}")
-        elif f.may:
-            table[name] = value if not self._is_plain(value) else Unknown("bound conditionally")
-        else:
-            table[name] = value
+        # Under an uncertain branch (f.may) too: run_paths merges the names of the paths afterwards.
+        (f.locals if f.locals is not None else f.module.globals)[name] = value
 
     @staticmethod
-    def _is_plain(value: Any) -> bool:
-        return isinstance(value, (int, float, str, bool)) or value is None
+    def _closure_for(f: Frame) -> list[dict[str, Any]] | None:
+        """What a def or lambda in frame ``f`` closes over: the frame's locals and its own closure (the
+        body of a class statement is no scope for the functions defined in it)."""
+        if f.locals is None or f.class_body:
+            return f.closure
+        return [f.locals, *(f.closure or ())]
 
     def lookup(self, name: str) -> Any:
         f = self.frame
         if f.locals is not None and name in f.locals:
             return f.locals[name]
+        if f.closure is not None:
+            for scope in f.closure:
+                if name in scope:
+                    return scope[name]
         g = f.module.globals
         if name in g:
             return g[name]
@@ -536,6 +583,8 @@ class Interpreter:
             self.set_attr(obj, name, value, prov)
         elif isinstance(obj, Unknown):
             pass
+        elif isinstance(obj, (PyClass, PyInstance, HFConfig)):
+            pyclasses.set_attr(self, obj, name, value)
         else:
             self.note(f"attribute {name} set on a non-config value at {prov.loc.path}:{prov.loc.line}")
 
@@ -610,7 +659,60 @@ class Interpreter:
             return Unknown("f-string with unknown parts")
         if kind == "star":
             return Unknown("starred expression")
+        if kind == "comp":
+            return self.eval_comp(e)
+        if kind == "lambda":
+            f = self.frame
+            return Func("<lambda>", e[1], [["return", e[2], e[3]]], f.module, e[3], None,
+                        f"{f.module.name}.<lambda>", closure=self._closure_for(f))
         return Unknown(str(e[1]) if len(e) > 1 else "unsupported expression")
+
+    def eval_comp(self, e: list[Any]) -> Any:
+        """A comprehension, unrolled: its variables live in a scope of their own (Python 3)."""
+        kind, elt, key, gens = e[1], e[2], e[3], e[4]
+        outer = self.frame
+        frame = Frame(outer.module, dict(outer.locals) if outer.locals is not None else {}, outer.func)
+        frame.closure = outer.closure
+        frame.function = outer.function
+        frame.cur = outer.cur
+        results: list[Any] = []
+        self.stack.append(frame)
+        try:
+            if not self._comp_loop(gens, 0, kind, elt, key, results):
+                return Unknown("comprehension over an unknown value")
+        finally:
+            self.stack.pop()
+        if kind == "dict":
+            dv = DictVal(self.prov(None))
+            for k, v in results:
+                if isinstance(k, (Unknown, list, DictVal, Obj)):
+                    return Unknown("dict comprehension with an unknown key")
+                dv.slots[k] = Slot(v, dv.created)
+            return dv
+        return results
+
+    def _comp_loop(self, gens: list[Any], i: int, kind: str, elt: Any, key: Any, out: list[Any]) -> bool:
+        if i == len(gens):
+            out.append((self.eval(key), self.eval(elt)) if kind == "dict" else self.eval(elt))
+            return True
+        target, it_ir, conds = gens[i]
+        items = self.iterate(self.eval(it_ir))
+        if items is None or len(items) > MAX_LOOP_UNROLL:
+            return False
+        for item in items:
+            self.tick()
+            self.assign(target, item, None)
+            ok = True
+            for c in conds:
+                t = self.truth(self.eval(c))
+                if t is None:
+                    return False  # an element that may or may not be there: the result is unknown
+                if not t:
+                    ok = False
+                    break
+            if ok and not self._comp_loop(gens, i + 1, kind, elt, key, out):
+                return False
+        return True
 
     def eval_dict(self, e: list[Any]) -> Any:
         dv = DictVal(self.prov(e[2]))
@@ -638,8 +740,19 @@ class Interpreter:
         if isinstance(base, Obj):
             return self.get_attr_obj(base, name)
         if isinstance(base, Ext):
+            if name == "__dataclass_fields__":
+                cls = self.project.schema_class(base.qualname)
+                if cls is not None:
+                    dv = DictVal(self.prov(None))
+                    for fname in cls.fields:
+                        dv.slots[fname] = Slot(None, dv.created)
+                    return dv
+            if name == "__name__":
+                return base.qualname.rsplit(".", 1)[-1]
             q = f"{base.qualname}.{name}"
             return Ext(_normalise_symbol(q))
+        if isinstance(base, (PyClass, PyInstance, SuperProxy, HFConfig)):
+            return pyclasses.get_attr(self, base, name)
         if isinstance(base, ModuleRef):
             env = self.project.load_module(base.name, self)
             if env is not None:
@@ -680,7 +793,8 @@ class Interpreter:
             return bool(v)
         if isinstance(v, DictVal):
             return bool(v.slots)
-        if isinstance(v, (Obj, Func, Ext, ModuleRef, HFModel, LocalClass, BoundMethod)):
+        if isinstance(v, (Obj, Func, Ext, ModuleRef, HFModel, LocalClass, BoundMethod, PyClass, PyInstance,
+                          HFConfig, BoundFunc)):
             return True
         return None
 
@@ -724,6 +838,10 @@ class Interpreter:
             same = (a is None and b is None) or (a is b) or (isinstance(a, bool) and a == b and type(a) is type(b))
             if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
                 return same if op == "is" else not same
+            if isinstance(a, (PyClass, PyInstance, HFConfig, Ext)) and isinstance(b, (PyClass, PyInstance, HFConfig,
+                                                                                        Ext)):
+                same = a is b or (isinstance(a, Ext) and a == b)
+                return same if op == "is" else not same
             return Unknown("identity test")
         if op in ("in", "not in"):
             items = self.iterate(b) if not isinstance(b, str) else None
@@ -742,6 +860,12 @@ class Interpreter:
             return r if op == "in" else not r
         if isinstance(a, Ext) and isinstance(b, Ext):
             return (a == b) if op == "==" else ((a != b) if op == "!=" else Unknown("ordering of symbols"))
+        if op in ("==", "!=") and isinstance(a, DictVal) and isinstance(b, DictVal):
+            av = {k: sl.value for k, sl in a.slots.items()}
+            bv = {k: sl.value for k, sl in b.slots.items()}
+            if not (all(_plain(x) for x in av.values()) and all(_plain(x) for x in bv.values())):
+                return Unknown("comparison of dicts with unknown values")
+            return (av == bv) if op == "==" else (av != bv)
         if not (_plain(a) and _plain(b)):
             return Unknown("comparison of unknown values")
         fn = _CMP.get(op)
@@ -855,6 +979,10 @@ class Interpreter:
             return Unknown(f"result of calling an unknown function ({func.reason})")
         if isinstance(func, LocalClass):
             return Unknown(f"instance of {func.qualname}")
+        if isinstance(func, BoundFunc):
+            return self.call_func(func.func, [func.self_value, *args], kwargs, call_loc)
+        if isinstance(func, PyClass):
+            return pyclasses.instantiate(self, func, args, kwargs, call_loc)
         return Unknown("call of a non-callable value")
 
     def call_func(self, fn: Func, args: list[Any], kwargs: list[tuple[str, Any, Prov]],
@@ -869,7 +997,7 @@ class Interpreter:
                 return special(self, args, kwargs, call_loc)
         if fn.body.__class__ is str:  # a library function whose body is decoded on its first call
             fn.body = self.project.library.function_body(fn.body)
-        key = _memo_key(fn, args, kwargs) if not self.may_total else None
+        key = _memo_key(fn, args, kwargs) if not self.may_total and fn.closure is None else None
         if key is None:
             return self._call_func(fn, args, kwargs, call_loc)
         cache = self.project.call_cache
@@ -929,6 +1057,9 @@ class Interpreter:
                 kw = {}
                 local_vars[pname] = dv
         frame = Frame(fn.module, local_vars, fn.name)
+        frame.closure = fn.closure
+        frame.function = fn
+        caller = self.stack[-1] if self.stack else None
         self.stack.append(frame)
         try:
             self.run_body(fn.body)
@@ -936,6 +1067,8 @@ class Interpreter:
         except _Return as r:
             result = r.value
         except _Raise as r:
+            if caller is not None and caller.tries:
+                raise  # the caller's try statement handles it
             result = Unknown(f"{fn.name} raises at line {r.loc[0]}")
         except (_Break, _Continue):
             result = Unknown("break outside loop")
@@ -1013,6 +1146,8 @@ class Interpreter:
             return Unknown(f"{name}() of a Hugging Face model handle")
         if isinstance(t, str):
             return _str_method(t, name, args)
+        if isinstance(t, HFConfig):
+            return pyclasses.hf_method(self, t, name, args)
         if isinstance(t, DictVal):
             return self.dict_method(t, name, args, kw, call_loc)
         if isinstance(t, list):
@@ -1103,6 +1238,40 @@ class Interpreter:
 
 
 # ---------------------------------------------------------------------- helpers and builtins
+
+_UNBOUND = object()
+
+
+def _merge_paths(pre: dict[str, Any], outcomes: list[dict[str, Any]], cur: list[int] | None) -> dict[str, Any]:
+    """Names after one of several paths ran: equal on every path → that value; otherwise unknown, except that a
+    name bound (to an object, not a plain value) only on some paths keeps that object (what a recipe does with
+    ``if peft_scheme == "lora": peft_cfg = LoRA(...)``)."""
+    if len(outcomes) == 1 and not pre:
+        return outcomes[0]
+    merged: dict[str, Any] = {}
+    line = (cur or [0])[0]
+    names: dict[str, None] = dict.fromkeys(pre)
+    for o in outcomes:
+        names.update(dict.fromkeys(o))
+    for name in names:
+        vals = [o.get(name, _UNBOUND) for o in outcomes]
+        first = vals[0]
+        if all(v is first for v in vals[1:]):
+            if first is not _UNBOUND:
+                merged[name] = first
+            continue
+        bound = [v for v in vals if v is not _UNBOUND]
+        if len(bound) < len(vals):
+            last = bound[-1]
+            plain = isinstance(last, (int, float, str, bool)) or last is None
+            merged[name] = last if not plain else Unknown("bound conditionally")
+            continue
+        value = bound[0]
+        for v in bound[1:]:
+            value = join(value, v, f"bound conditionally at line {line}")
+        merged[name] = value
+    return merged
+
 
 def _set_all(table: dict[Any, Slot], value: Any) -> None:
     """Every slot of ``table`` now holds ``value`` (replaced, not changed: clones share slots)."""
@@ -1291,6 +1460,9 @@ def _b_isinstance(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> A
         return Unknown("isinstance()")
     v, t = args
     types = t if isinstance(t, tuple) else (t,)
+    ours = pyclasses.is_instance(interp, v, types)
+    if ours is not None:
+        return ours
     names = [x.qualname for x in types if isinstance(x, Ext)]
     if len(names) != len(types):
         return Unknown("isinstance() with an unknown type")
@@ -1298,6 +1470,8 @@ def _b_isinstance(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> A
           "builtins.list": list, "builtins.tuple": tuple, "builtins.dict": DictVal}
     if isinstance(v, Unknown):
         return Unknown("isinstance() of an unknown value")
+    if isinstance(v, Ext) and all(n in py for n in names):
+        return False  # a class or function outside the analysed code is no str/int/list/dict
     if all(n in py for n in names):
         if isinstance(v, (str, int, float, bool, list, tuple, DictVal)) or v is None:
             return any(isinstance(v, py[n]) for n in names)
@@ -1316,6 +1490,13 @@ def _b_getattr(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> Any:
     if len(args) < 2 or not isinstance(args[1], str):
         return Unknown("getattr()")
     obj, name = args[0], args[1]
+    if isinstance(obj, (PyClass, PyInstance, SuperProxy, HFConfig)):
+        found, value = pyclasses.lookup_attr(interp, obj, name)
+        if found is True:
+            return value
+        if found is False and len(args) > 2:
+            return args[2]
+        return pyclasses.get_attr(interp, obj, name)
     if isinstance(obj, Obj):
         slot = interp.get_slot(obj, name)
         if slot is not None:
@@ -1332,7 +1513,24 @@ def _b_hasattr(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> Any:
     obj, name = args
     if isinstance(obj, Obj) and obj.schema is not None:
         return interp.get_slot(obj, name) is not None
+    if isinstance(obj, (PyClass, PyInstance, SuperProxy, HFConfig)):
+        found = pyclasses.lookup_attr(interp, obj, name)[0]
+        return Unknown(f"hasattr({name!r})") if found is None else found
     return Unknown("hasattr()")
+
+
+def _b_super(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> Any:
+    if not args:
+        return pyclasses.super_of(interp)
+    if len(args) == 2 and isinstance(args[0], PyClass) and isinstance(args[1], (PyInstance, PyClass)):
+        return SuperProxy(args[0], args[1])
+    return Unknown("super()")
+
+
+def _b_issubclass(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> Any:
+    if len(args) != 2:
+        return Unknown("issubclass()")
+    return pyclasses.is_subclass(interp, args[0], args[1])
 
 
 def _b_setattr(interp: Interpreter, args: list[Any], kw: dict[str, Any]) -> Any:
@@ -1415,7 +1613,7 @@ BUILTINS: dict[str, BuiltinFn] = {
     "dict": _b_dict, "isinstance": _b_isinstance, "getattr": _b_getattr, "hasattr": _b_hasattr,
     "setattr": _b_setattr, "range": _b_range, "sorted": _b_sorted, "any": _b_anyall(any),
     "all": _b_anyall(all), "print": _b_noop, "abs": _b_abs, "round": _b_round, "sum": _b_sum,
-    "zip": _b_zip, "enumerate": _b_enumerate, "set": _b_list,
+    "zip": _b_zip, "enumerate": _b_enumerate, "set": _b_list, "super": _b_super, "issubclass": _b_issubclass,
 }
 
 
@@ -1443,4 +1641,6 @@ _MODULE_FUNCS: dict[str, BuiltinFn] = {
     "math.lcm": _math2(math.lcm), "math.gcd": _math2(math.gcd), "math.ceil": _math1(math.ceil),
     "math.floor": _math1(math.floor), "math.log2": _math1(math.log2), "math.sqrt": _math1(math.sqrt),
     "copy.deepcopy": _deepcopy, "copy.copy": _deepcopy,
+    # typing.cast(T, value) returns value (recipes cast AutoBridge providers to their class).
+    "typing.cast": lambda interp, args, kw: args[1] if len(args) == 2 else Unknown("typing.cast()"),
 }

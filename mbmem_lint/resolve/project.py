@@ -29,7 +29,7 @@ from mbmem_lint.resolve.values import (
 from mbmem_lint.settings import safe_resolve
 
 if TYPE_CHECKING:
-    from mbmem_lint.resolve.hf_models import ModelEntry
+    from mbmem_lint.resolve.hf_models import ModelEntry, ModelTable
     from mbmem_lint.resolve.interpreter import Interpreter
     from mbmem_lint.resolve.schema import ClassSchema, Schema
 
@@ -91,7 +91,7 @@ def module_name_for(path: Path) -> tuple[str, bool]:
 
 
 class Project:
-    def __init__(self, schema: Schema | None, models: dict[str, ModelEntry],
+    def __init__(self, schema: Schema | None, models: ModelTable | dict[str, ModelEntry],
                  library: LibrarySummary | None = None) -> None:
         self.schema = schema
         self.models = models
@@ -102,6 +102,9 @@ class Project:
         self._schema_cache: dict[str, ClassSchema | None] = {}
         self.call_cache: dict[tuple[Any, ...], Any] = {}
         self.imports: dict[str, set[str]] = {}  # linted file → linted files it imports
+        # Class statements of library modules become analysed classes (Bridge's model bridges,
+        # resolve/bridges.py); recipes never need them.
+        self.analyse_classes = False
         # Finds a module of the user's project on disk that was not passed on the command line
         # (pre-commit passes only the staged files): (name, importer, level) → module key.
         self.disk_finder: Callable[[str, ModuleEnv, int], str | None] | None = None
@@ -305,7 +308,7 @@ class Project:
         return None
 
     def provider_for(self, interp: Interpreter, hf_id: Any, prov: Prov, revision: Any = None) -> Obj:
-        obj = self._provider(interp, hf_id, prov)
+        obj = self._provider(interp, hf_id, prov, revision if isinstance(revision, str) else None)
         # to_megatron_provider() records where the weights come from (model_bridge.py).
         p = Prov(prov.loc, prov.anchor, "model-table", prov.seq, prov.stmt, None, prov.function)
         interp.set_attr(obj, "hf_model_id", hf_id, p)
@@ -313,8 +316,17 @@ class Project:
             interp.set_attr(obj, "hf_model_revision", revision, p)
         return obj
 
-    def _provider(self, interp: Interpreter, hf_id: Any, prov: Prov) -> Obj:
-        entry = self.models.get(hf_id) if isinstance(hf_id, str) else None
+    def model_entry(self, hf_id: str, revision: str | None = None) -> ModelEntry | None:
+        models = self.models
+        lookup = getattr(models, "lookup", None)
+        return lookup(hf_id, revision) if lookup is not None else models.get(hf_id)
+
+    def model_unknown_reason(self, hf_id: str, revision: str | None = None) -> str:
+        why = getattr(self.models, "why_unknown", None)
+        return why(hf_id, revision) if why is not None else ""
+
+    def _provider(self, interp: Interpreter, hf_id: Any, prov: Prov, revision: str | None = None) -> Obj:
+        entry = self.model_entry(hf_id, revision) if isinstance(hf_id, str) else None
         if entry is not None:
             cls = self.schema_class(entry.provider)
             obj = Obj(cls.qualname if cls else entry.provider, cls, prov)
@@ -328,8 +340,11 @@ class Project:
         cls = self.schema_class(GPT_PROVIDER)
         obj = Obj(cls.qualname if cls else GPT_PROVIDER, cls, prov)
         obj.open = True  # the real provider class is family-specific: do not flag its extra fields
-        why = (f"architecture of {hf_id!r} is not in the model table (add it under [tool.mbmem-lint.models])"
-               if isinstance(hf_id, str) else "Hugging Face model id is not statically known")
+        if isinstance(hf_id, str):
+            detail = self.model_unknown_reason(hf_id, revision)
+            why = f"architecture of {hf_id!r} is not known" + (f" ({detail})" if detail else "")
+        else:
+            why = "Hugging Face model id is not statically known"
         interp.note(why)
         unknown_prov = Prov(prov.loc, prov.anchor, "model-table", prov.seq, prov.stmt, None, prov.function, why)
         for k in SHAPE_FIELDS:
@@ -338,8 +353,15 @@ class Project:
 
 
 def _from_json(v: Any) -> Any:
-    if isinstance(v, dict) and "symbol" in v and len(v) == 1:
-        return Ext(str(v["symbol"]))
+    if isinstance(v, dict) and len(v) == 1:
+        if "symbol" in v:
+            return Ext(str(v["symbol"]))
+        if "unknown" in v:
+            return Unknown(str(v["unknown"]))
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _from_json(x) for k, x in v.items()}
     return v
 
 

@@ -151,6 +151,10 @@ class ResolvedRecipe:
     # A YAML override file checked on its own (resolve/partial.py): only what it sets is known; the
     # recipe's values, defaults included, are unknown. ``path`` is the YAML file, ``function`` "".
     partial: bool = False
+    # Where the model architecture came from, for AutoBridge providers: {"hf_id", "origin" (bundled / cache /
+    # pyproject / unknown), "path", "source", "bridge", "provider", "confidence"} or {"hf_id", "origin":
+    # "unknown", "reason"}; None when the recipe builds its provider itself.
+    architecture: dict[str, Any] | None = None
 
     # -- convenience accessors used by rules and the estimator --------------------------
     def get(self, path: str, default: Any = UNKNOWN) -> Any:

@@ -466,7 +466,21 @@ class Resolver:
             notes=list(interp.notes),
             config_var=config_var or ("cfg" if cand.func is not None else cand.config_global),
             return_location=loc_of(env, ret_loc) if ret_loc else None,
+            architecture=self._architecture(fields),
         ))
+
+    def _architecture(self, fields: Any) -> dict[str, Any] | None:
+        """Where the model's architecture came from, for ``AutoBridge`` providers (``model.hf_model_id``)."""
+        f = fields.get("model.hf_model_id")
+        if f is None or not isinstance(f.value, str) or f.origin != "model-table":
+            return None
+        hf_id = f.value
+        rev = fields.get("model.hf_model_revision")
+        revision = rev.value if rev is not None and isinstance(rev.value, str) else None
+        entry = self.project.model_entry(hf_id, revision)
+        if entry is None:
+            return {"hf_id": hf_id, "origin": "unknown", "reason": self.project.model_unknown_reason(hf_id, revision)}
+        return {"hf_id": hf_id, **entry.describe()}
 
     # ------------------------------------------------------------------ YAML pairing
     def pair_overrides(self, overrides: list[OverrideFile]) -> dict[tuple[str, str], list[OverrideFile]]:

@@ -115,6 +115,92 @@ class Func:
     loc: list[int]
     returns: str | None
     qualname: str
+    closure: list[dict[str, Any]] | None = None  # enclosing functions' locals, innermost first (nested def, lambda)
+    owner: Any = None  # the PyClass whose body defined it (zero-argument super())
+    kind: str = "function"  # "function" | "staticmethod" | "classmethod" | "property"
+
+
+class PyClass:
+    """A class statement of analysed library code (a Megatron Bridge model bridge): its bases and the names
+    its body bound. Only built where the project analyses classes (:mod:`mbmem_lint.resolve.bridges`)."""
+
+    __slots__ = ("name", "qualname", "bases", "attrs")
+
+    def __init__(self, name: str, qualname: str, bases: list[Any], attrs: dict[str, Any]) -> None:
+        self.name = name
+        self.qualname = qualname
+        self.bases = bases  # PyClass, Ext (a class outside the analysed code) or Unknown
+        self.attrs = attrs
+
+    def mro(self) -> list[PyClass]:
+        """Depth-first, left-to-right linearisation without repeats (equal to C3 for the single-inheritance
+        chains of the bridges)."""
+        out: list[PyClass] = []
+        todo: list[PyClass] = [self]
+        while todo:
+            c = todo.pop(0)
+            if c not in out:
+                out.append(c)
+                todo[:0] = [b for b in c.bases if isinstance(b, PyClass)]
+        return out
+
+    def lookup(self, name: str) -> tuple[bool, Any, PyClass | None]:
+        for c in self.mro():
+            if name in c.attrs:
+                return True, c.attrs[name], c
+        return False, None, None
+
+    def __repr__(self) -> str:
+        return f"PyClass({self.qualname})"
+
+
+class PyInstance:
+    """An instance of a :class:`PyClass` (its own attributes; the rest is looked up on the class)."""
+
+    __slots__ = ("cls", "attrs")
+
+    def __init__(self, cls: PyClass) -> None:
+        self.cls = cls
+        self.attrs: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"PyInstance({self.cls.qualname})"
+
+
+@dataclass
+class BoundFunc:
+    """A method of an analysed class bound to its instance (or class, for a classmethod)."""
+
+    func: Func
+    self_value: Any
+
+
+@dataclass
+class SuperProxy:
+    """``super()`` inside a method of ``cls``: attribute lookup starts after ``cls`` in the MRO of ``obj``."""
+
+    cls: PyClass
+    obj: Any  # PyInstance or PyClass
+
+
+class HFConfig:
+    """A Hugging Face ``PretrainedConfig`` built from a ``config.json`` object.
+
+    ``attrs`` holds the file's keys (nested ``*_config`` objects become HFConfig, other dicts DictVal).
+    A key the file lacks is, for a complete file (``partial`` False), missing (``getattr`` defaults apply,
+    ``hasattr`` is False) unless ``defaults`` gives the config class's default; for a partial file it is
+    unknown."""
+
+    __slots__ = ("attrs", "partial", "defaults", "label")
+
+    def __init__(self, attrs: dict[str, Any], partial: bool, defaults: dict[str, Any], label: str) -> None:
+        self.attrs = attrs
+        self.partial = partial
+        self.defaults = defaults
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"HFConfig({self.label})"
 
 
 @dataclass
