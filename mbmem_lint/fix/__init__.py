@@ -5,22 +5,8 @@
 * :mod:`mbmem_lint.fix.diff` — ``git apply``-able unified diffs, repo-relative paths;
 * :mod:`mbmem_lint.fix.write` — atomic writes that refuse files changed since they were read;
 * :mod:`mbmem_lint.fix.output` — :func:`render_fix_output` for the CLI.
+
+Import the submodule you need: the package itself imports nothing, because rules import
+:mod:`mbmem_lint.fix.placement` on every check and the diff/apply/write modules (difflib,
+tempfile, shutil) are only for ``--fix``.
 """
-
-from mbmem_lint.fix.apply import apply_edits, plan_fixes, select_fixes
-from mbmem_lint.fix.diff import repo_relative, unified_diff
-from mbmem_lint.fix.output import build_patch, render_fix_output
-from mbmem_lint.fix.write import AppliedChange, apply_to_files, write_patch
-
-__all__ = [
-    "AppliedChange",
-    "apply_edits",
-    "apply_to_files",
-    "build_patch",
-    "plan_fixes",
-    "render_fix_output",
-    "repo_relative",
-    "select_fixes",
-    "unified_diff",
-    "write_patch",
-]
