@@ -12,7 +12,7 @@ from typing import Any
 
 from mbmem_lint.diagnostics import SEVERITY_RANK, Diagnostic
 from mbmem_lint.discover.files import Discovered, discover
-from mbmem_lint.parse.yaml_overrides import OverrideFile, load_override_file
+from mbmem_lint.parse.override_types import OverrideFile
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
@@ -257,6 +257,8 @@ def load_overrides(found: Discovered) -> tuple[list[OverrideFile], list[Diagnost
     """The discovered YAML files that are override files, and their parse diagnostics."""
     overrides: list[OverrideFile] = []
     diags: list[Diagnostic] = []
+    if found.yaml:  # the YAML parser (and ruamel) load only for runs that have YAML files
+        from mbmem_lint.parse.yaml_overrides import load_override_file
     for src in found.yaml:
         f = load_override_file(src.path, src.text)
         if src.path in found.explicit_yaml or _looks_like_override(f):

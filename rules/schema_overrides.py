@@ -7,7 +7,7 @@ from typing import Any
 
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef, override_entries
 from mbmem_lint.diagnostics import Edit
-from mbmem_lint.parse.yaml_overrides import OverrideEntry
+from mbmem_lint.parse.override_types import OverrideEntry
 from mbmem_lint.resolve.resolved import Write, is_known
 
 from ._common import closest, fix_rename, py

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fuzz_strategies import dotlist_items, python_recipes, yaml_documents  # noqa: E402
 
-from mbmem_lint.parse.yaml_overrides import OverrideFile, load_override_file, parse_dotlist  # noqa: E402
+from mbmem_lint.parse.override_types import OverrideFile
+from mbmem_lint.parse.yaml_overrides import load_override_file, parse_dotlist  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = settings(

@@ -14,12 +14,9 @@ from typing import Any
 
 import pytest
 
+from mbmem_lint.parse.override_types import MISSING, Interpolation, OverrideEntry, OverrideFile
 from mbmem_lint.parse.yaml_overrides import (
     DOTLIST_PATH,
-    MISSING,
-    Interpolation,
-    OverrideEntry,
-    OverrideFile,
     find_recipe_ref,
     load_override_bytes,
     load_override_file,

@@ -17,7 +17,7 @@ import re
 from mbmem_lint.check.registry import all_rules
 from mbmem_lint.check.rule import Finding, Rule, RuleContext
 from mbmem_lint.diagnostics import APPLICABILITY_RANK, SEVERITY_RANK, Diagnostic, Location, Severity
-from mbmem_lint.parse.yaml_overrides import OverrideFile
+from mbmem_lint.parse.override_types import OverrideFile
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.settings import Settings

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from mbmem_lint.diagnostics import Applicability, Edit, Fix, Location, Severity
-from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
+from mbmem_lint.parse.override_types import OverrideEntry, OverrideFile
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.flatten import LazyWrites
 from mbmem_lint.resolve.resolved import UNKNOWN, ResolvedRecipe, Write, is_known

@@ -58,7 +58,6 @@ def load_settings_for(paths: list[str]) -> Any:
 def resolve_options(gpu: str | None, world_size: int | None, recipe: str | None, set_items: tuple[str, ...],
                     function: str | None = None) -> Any:
     """The resolver's options from the target options; a bad value is an input error."""
-    from mbmem_lint.parse.yaml_overrides import parse_dotlist
     from mbmem_lint.resolve.resolver import ResolveOptions
 
     if gpu:
@@ -70,6 +69,8 @@ def resolve_options(gpu: str | None, world_size: int | None, recipe: str | None,
             fail(str(exc))
     set_file = None
     if set_items:
+        from mbmem_lint.parse.yaml_overrides import parse_dotlist
+
         set_file = parse_dotlist(list(set_items))
         bad = [d for d in set_file.diagnostics if d.severity == "error"]
         if bad:

@@ -28,7 +28,7 @@ from mbmem_lint.fix import _elements as _el
 from mbmem_lint.fix._text import LineTable, PyIndex, Span, indentation, line_table, newline_of, py_index
 from mbmem_lint.fix.placement import Placement, place
 from mbmem_lint.literals import py_literal, yaml_literal
-from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
+from mbmem_lint.parse.override_types import OverrideEntry, OverrideFile
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Write, is_known
 from mbmem_lint.sources import SourceFile, Sources
 

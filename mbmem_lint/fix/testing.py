@@ -173,7 +173,7 @@ def override_file_from_text(path: str, text: str) -> Any:
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
-    from mbmem_lint.parse.yaml_overrides import OverrideEntry, OverrideFile
+    from mbmem_lint.parse.override_types import OverrideEntry, OverrideFile
 
     data = YAML(typ="rt").load(text)
     lines = text.splitlines()

@@ -12,7 +12,8 @@ from typing import Any
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.discover.files import discover
-from mbmem_lint.parse.yaml_overrides import OverrideFile, parse_dotlist
+from mbmem_lint.parse.override_types import OverrideFile
+from mbmem_lint.parse.yaml_overrides import parse_dotlist
 from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver, ResolveResult

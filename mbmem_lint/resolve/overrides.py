@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mbmem_lint.parse.yaml_overrides import Interpolation, Missing, OverrideEntry, OverrideFile
+from mbmem_lint.parse.override_types import Interpolation, Missing, OverrideEntry, OverrideFile
 from mbmem_lint.resolve.interpreter import Interpreter
 from mbmem_lint.resolve.resolved import Unknown
 from mbmem_lint.resolve.values import DictVal, Ext, Obj, Prov, Slot, WriteRec

@@ -17,7 +17,7 @@ not touch is unknown as a whole.
 from __future__ import annotations
 
 from mbmem_lint.diagnostics import Location
-from mbmem_lint.parse.yaml_overrides import OverrideFile
+from mbmem_lint.parse.override_types import OverrideFile
 from mbmem_lint.resolve.flatten import flatten
 from mbmem_lint.resolve.interpreter import Interpreter
 from mbmem_lint.resolve.overrides import apply_overrides

@@ -11,15 +11,14 @@ from typing import Any
 
 from mbmem_lint.diagnostics import Diagnostic, Location
 from mbmem_lint.discover.files import read_source
+from mbmem_lint.parse.override_types import OverrideFile
 from mbmem_lint.parse.python import PythonParseError, lower_module
-from mbmem_lint.parse.yaml_overrides import OverrideFile
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve import interpreter as interp_mod
 from mbmem_lint.resolve.cache import IRCache
 from mbmem_lint.resolve.clone import clone
 from mbmem_lint.resolve.flatten import flatten
 from mbmem_lint.resolve.interpreter import BudgetExceeded, Interpreter, loc_of
-from mbmem_lint.resolve.overrides import apply_overrides
 from mbmem_lint.resolve.project import ModuleEnv, Project
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Unknown
 from mbmem_lint.resolve.runtime import RuntimeRewriter
@@ -246,6 +245,8 @@ class Resolver:
     def resolve_unpaired(self, files: list[OverrideFile], *, announce: bool) -> None:
         """Each override file on its own, as a partial config (everything else unknown). ``announce``:
         say once per file (MBM008, info) that the recipe-dependent checks need a pairing."""
+        if not files:
+            return
         from mbmem_lint.resolve.partial import names_config_sections, partial_recipe
 
         for f in files:
@@ -442,7 +443,9 @@ class Resolver:
             interp.stack.append(interp_mod.Frame(env, None, None))
             interp.frame.cur = cand.loc
             try:
-                if all_files:
+                if all_files:  # YAML / --set overrides: their module loads only for runs that have some
+                    from mbmem_lint.resolve.overrides import apply_overrides
+
                     apply_overrides(interp, root, all_files)
                 rewriter = RuntimeRewriter(interp, root, target.world_size, def_loc)
                 if self.options.apply_runtime:
