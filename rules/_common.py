@@ -24,7 +24,7 @@ def py(body: str, *, base: str = PRETRAIN, gpus: int = 8, task: str = "pretrain"
     head = f"from megatron.bridge.recipes.{module} import {base}\n"
     if imports:
         head += imports.rstrip("\n") + "\n"
-    body = textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
+    body = _indented(body)
     return (
         f"{head}\n\n"
         f"def my_{task}_{gpus}gpu_h100_bf16_config():\n"
@@ -32,6 +32,20 @@ def py(body: str, *, base: str = PRETRAIN, gpus: int = 8, task: str = "pretrain"
         f"{body}\n"
         f"    return cfg\n"
     )
+
+
+def _indented(body: str) -> str:
+    """``textwrap.indent(textwrap.dedent(body).strip("\\n"), "    ")`` without regexes: the catalog
+    builds ~150 examples every time it loads, and ``textwrap``'s regexes were ~18% of that."""
+    if "\t" in body:  # tabs: the general rules apply
+        return textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
+    lines = [line if line.strip() else "" for line in body.split("\n")]  # as dedent: blank lines emptied
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    cut = min((len(line) - len(line.lstrip(" ")) for line in lines if line), default=0)
+    return "\n".join("    " + line[cut:] if line else "" for line in lines)
 
 
 def fmt(value: Any) -> str:

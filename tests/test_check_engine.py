@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from mbmem_lint.check.docs import rendered_docs
 from mbmem_lint.check.engine import Suppressions, exit_code, run_checks
-from mbmem_lint.check.registry import all_rules, explain_rule_text, get_rule, list_rules_text
+from mbmem_lint.check.registry import (
+    all_rules,
+    explain_rule_text,
+    get_rule,
+    list_rules_text,
+    validate_catalog,
+)
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef
 from mbmem_lint.diagnostics import Diagnostic, Location
 from mbmem_lint.resolve.resolved import ResolvedRecipe, recipe_from_values
@@ -124,6 +133,21 @@ def test_registry_and_texts() -> None:
     for section in ("## What it does", "## Why is this bad?", "## Example", "## Fix safety", "## Source behaviour", "## Configuration"):
         assert section in text
     assert "MBM001" in explain_rule_text("MBM001")
+
+
+def test_the_catalog_is_well_formed() -> None:
+    """Codes, kebab-case names, sources, VALID/INVALID examples with their marker, fix-safety reasons,
+    unique codes and names: checked here, not at every start-up."""
+    validate_catalog(all_rules())
+    rule = all_rules()[0]
+    broken = dataclasses.replace(rule, name="Not Kebab")
+    with pytest.raises(ValueError, match="kebab-case"):
+        validate_catalog([broken])
+    with pytest.raises(ValueError, match="duplicate"):
+        validate_catalog([rule, dataclasses.replace(rule, code="MBM999")])
+    unmarked = dataclasses.replace(rule, invalid=(dataclasses.replace(rule.invalid[0], code="x = 1\n"),))
+    with pytest.raises(ValueError, match="marker"):
+        validate_catalog([unmarked])
 
 
 def test_every_rule_cites_source_and_examples() -> None:

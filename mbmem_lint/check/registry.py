@@ -34,19 +34,25 @@ TOOL_CODES: dict[str, tuple[str, str]] = {
 
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[Rule, ...]:
+    """The catalog, sorted by code. Its consistency (:func:`validate_catalog`) is a test, not a start-up
+    cost: every check loads the catalog."""
     rules: list[Rule] = []
     for mod in RULE_MODULES:
         module = importlib.import_module(f"mbmem_lint.rules.{mod}")
         rules.extend(module.RULES)
-    seen: dict[str, Rule] = {}
+    return tuple(sorted(rules, key=lambda r: r.code))
+
+
+def validate_catalog(rules: list[Rule] | tuple[Rule, ...]) -> None:
+    """Each rule well formed (:meth:`Rule.validate`) and every code and name unique; raises ValueError."""
+    codes: set[str] = set()
     names: set[str] = set()
     for r in rules:
         r.validate()
-        if r.code in seen or r.name in names:
+        if r.code in codes or r.name in names:
             raise ValueError(f"duplicate rule code or name: {r.code} {r.name}")
-        seen[r.code] = r
+        codes.add(r.code)
         names.add(r.name)
-    return tuple(sorted(rules, key=lambda r: r.code))
 
 
 def all_rules() -> list[Rule]:
