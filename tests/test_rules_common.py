@@ -6,7 +6,6 @@ import textwrap
 
 from hypothesis import given
 from hypothesis import strategies as st
-
 from mbmem_lint.rules._common import _indented
 
 LINES = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["", "x = 1", "cfg.a = 2  # <-", "   ", "if y:"])),
