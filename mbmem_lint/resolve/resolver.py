@@ -15,7 +15,6 @@ from mbmem_lint.parse.override_types import OverrideFile
 from mbmem_lint.parse.python import PythonParseError, lower_module
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve import interpreter as interp_mod
-from mbmem_lint.resolve.cache import IRCache
 from mbmem_lint.resolve.clone import clone
 from mbmem_lint.resolve.flatten import flatten
 from mbmem_lint.resolve.interpreter import BudgetExceeded, Interpreter, loc_of
@@ -26,6 +25,10 @@ from mbmem_lint.resolve.target import resolve_target
 from mbmem_lint.resolve.values import Func, Obj
 from mbmem_lint.settings import Settings, safe_resolve
 from mbmem_lint.sources import SourceFile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from mbmem_lint.resolve.cache import IRCache
 
 CONFIG_CONTAINER_SUFFIX = ".ConfigContainer"
 MAX_DISK_MODULES = 200  # modules read from disk beyond the linted files, per run
@@ -103,7 +106,11 @@ class Resolver:
         self.result = ResolveResult()
         self._modules: dict[str, ModuleEnv] = {}  # display path → env
         self._by_real: dict[Path, str] = {}  # resolved path → display path of a registered file
-        self.ir_cache: IRCache | None = IRCache.for_settings(settings) if settings.cache else None
+        self.ir_cache: IRCache | None = None
+        if settings.cache:  # optional (`cache = true`): its module and hashing load only then
+            from mbmem_lint.resolve.cache import IRCache
+
+            self.ir_cache = IRCache.for_settings(settings)
         self.project.disk_finder = self._find_on_disk
         self._disk_loaded = 0
 
