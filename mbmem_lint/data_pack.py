@@ -12,6 +12,17 @@ The header is ``{"meta": ..., "index": {name: [offset, length]}}``; offsets coun
 blob; each blob is one entry's compact, key-sorted JSON, zlib-compressed. A pack of many small
 entries may add ``"zdict": [offset, length]``: a raw blob used as zlib's preset dictionary for
 every entry (small entries compressed alone lose most of what they share with each other).
+
+A *multi-pack* holds one pack per Megatron Bridge version in one file; an entry that is the same in
+several versions is stored once (its blob is shared, found by its bytes)::
+
+    b"MBMPACK2\\n" + b"<top length>\\n" + top JSON + version headers + entry blobs
+
+The top is ``{"packs": {version: [offset, length]}, "blobs": <offset of the first blob>}`` and
+maybe ``"zdict": [offset, length]`` (one preset dictionary for every version, so an entry that did
+not change still compresses to the same bytes); version offsets count from the end of the top; a
+version header is a zlib-compressed MBMPACK1 header whose entry offsets count from the first blob.
+Opening one version parses the top and that version's header only.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 MAGIC = b"MBMPACK1\n"
+MAGIC_MULTI = b"MBMPACK2\n"
 
 
 class PackError(ValueError):
@@ -63,24 +75,115 @@ def dump_pack(meta: Any, entries: Mapping[str, Any], *, dictionary_sample: list[
     return MAGIC + str(len(header)).encode("ascii") + b"\n" + header + b"".join(blobs)
 
 
+def dump_multi_pack(packs: Mapping[str, tuple[Any, Mapping[str, Any]]], *,
+                    dictionary: tuple[str, list[str]] | None = None) -> bytes:
+    """One file holding ``{version: (meta, entries)}``; identical entries are stored once.
+    ``dictionary``: (version, entry names) whose encodings make the preset dictionary of every entry
+    of every version, as ``dump_pack``'s ``dictionary_sample``."""
+    zdict: bytes | None = None
+    if dictionary is not None and dictionary[1]:
+        version, names = dictionary
+        zdict = b"".join(_dumps(packs[version][1][n]) for n in names)[-ZDICT_SIZE:]
+    blobs: list[bytes] = [zdict] if zdict is not None else []
+    offset = len(zdict) if zdict is not None else 0
+    where: dict[bytes, list[int]] = {}
+    headers: list[tuple[str, bytes]] = []
+    for version in sorted(packs):
+        meta, entries = packs[version]
+        index: dict[str, list[int]] = {}
+        for name in sorted(entries):
+            blob = _compress(_dumps(entries[name]), zdict)
+            loc = where.get(blob)
+            if loc is None:
+                loc = where[blob] = [offset, len(blob)]
+                offset += len(blob)
+                blobs.append(blob)
+            index[name] = loc
+        headers.append((version, zlib.compress(_dumps({"meta": meta, "index": index}), 9)))
+    spans: dict[str, list[int]] = {}
+    at = 0
+    for version, header in headers:
+        spans[version] = [at, len(header)]
+        at += len(header)
+    top: dict[str, Any] = {"packs": spans, "blobs": at}
+    if zdict is not None:
+        top["zdict"] = [0, len(zdict)]
+    head = _dumps(top)
+    return (MAGIC_MULTI + str(len(head)).encode("ascii") + b"\n" + head
+            + b"".join(h for _v, h in headers) + b"".join(blobs))
+
+
+def _top(data: bytes, magic: bytes) -> tuple[Any, int]:
+    """The first header of a pack file and the offset just after it."""
+    nl = data.find(b"\n", len(magic))
+    try:
+        size = int(data[len(magic):nl])
+        return json.loads(data[nl + 1:nl + 1 + size]), nl + 1 + size
+    except ValueError as exc:
+        raise PackError(f"damaged data pack header: {exc!r}") from exc
+
+
+def pack_versions(data: bytes) -> list[str]:
+    """The versions a multi-pack holds (``[]`` for a single pack)."""
+    if not data.startswith(MAGIC_MULTI):
+        if data.startswith(MAGIC):
+            return []
+        raise PackError("not an mbmem-lint data pack")
+    top, _end = _top(data, MAGIC_MULTI)
+    try:
+        return sorted(top["packs"])
+    except (KeyError, TypeError) as exc:
+        raise PackError(f"damaged data pack header: {exc!r}") from exc
+
+
+def open_pack(data: bytes, version: str | None = None) -> Pack:
+    """The pack of ``version`` in a multi-pack, or a single pack (``version`` is then not checked).
+    ``KeyError`` when the multi-pack has no such version."""
+    if not data.startswith(MAGIC_MULTI):
+        return Pack(data)
+    top, end = _top(data, MAGIC_MULTI)
+    try:
+        spans = top["packs"]
+        if version is None:
+            raise PackError("a multi-version data pack needs a version")
+        offset, length = spans[version]
+        header = json.loads(zlib.decompress(data[end + offset:end + offset + length]))
+        base = end + int(top["blobs"])
+        zdict_at = top.get("zdict")
+        zdict = data[base + zdict_at[0]:base + zdict_at[0] + zdict_at[1]] if zdict_at else None
+    except (ValueError, TypeError, zlib.error) as exc:
+        raise PackError(f"damaged data pack header: {exc!r}") from exc
+    return Pack.from_header(data, header, base, zdict)
+
+
 class Pack(Mapping[str, Any]):
     """Entries by name, each decoded on first access and kept."""
 
     def __init__(self, data: bytes) -> None:
         if not data.startswith(MAGIC):
             raise PackError("not an mbmem-lint data pack")
-        nl = data.find(b"\n", len(MAGIC))
+        header, base = _top(data, MAGIC)
+        self._init(data, header, base)
+
+    @classmethod
+    def from_header(cls, data: bytes, header: Any, base: int, zdict: bytes | None = None) -> Pack:
+        """One version of a multi-pack: its header, where its blobs start, the file's dictionary."""
+        pack = cls.__new__(cls)
+        pack._init(data, header, base, zdict)
+        return pack
+
+    def _init(self, data: bytes, header: Any, base: int, zdict: bytes | None = None) -> None:
         try:
-            size = int(data[len(MAGIC):nl])
-            header = json.loads(data[nl + 1:nl + 1 + size])
             self.meta: Any = header["meta"]
             self._index: dict[str, list[int]] = dict(header["index"])
             zdict_at = header.get("zdict")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise PackError(f"damaged data pack header: {exc!r}") from exc
         self._data = data
-        self._base = nl + 1 + size
-        self._zdict = data[self._base + zdict_at[0]:self._base + zdict_at[0] + zdict_at[1]] if zdict_at else None
+        self._base = base
+        if zdict_at:
+            zdict = data[base + zdict_at[0]:base + zdict_at[0] + zdict_at[1]]
+        self._zdict = zdict
         self._decoded: dict[str, Any] = {}
 
     def __getitem__(self, name: str) -> Any:

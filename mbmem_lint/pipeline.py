@@ -16,6 +16,7 @@ from mbmem_lint.parse.override_types import OverrideFile
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions, Resolver
+from mbmem_lint.resolve.versions import BridgeData
 from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile, Sources
 
@@ -32,6 +33,8 @@ class CheckRun:
     functions_seen: int = 0
     # Per-recipe memory estimates as JSON dicts (``want_estimates``), in a stable order.
     estimates: list[dict[str, Any]] = field(default_factory=list)
+    # The Megatron Bridge data the run linted against (reports record it).
+    bridge: BridgeData | None = None
 
 
 EstimateRow = tuple[tuple[str, str, list[str]], dict[str, Any]]  # (sort key, estimate JSON)
@@ -91,9 +94,25 @@ def _jobs(n_files: int) -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+def select_bridge_data(settings: Settings, options: ResolveOptions) -> BridgeData:
+    """Choose the Megatron Bridge data of a run (:mod:`mbmem_lint.resolve.versions`) and make it the
+    active data of this process; ``VersionError`` for a bad version or source tree."""
+    from mbmem_lint.resolve import versions
+    from mbmem_lint.settings import cache_root
+
+    data = versions.select(options.megatron_bridge_version, options.megatron_bridge_src,
+                           settings.megatron_bridge_version, settings.megatron_bridge_src,
+                           settings.root, cache_root(settings) / "bridge-src")
+    versions.activate(data)
+    return data
+
+
 def resolve_paths(paths: list[str], settings: Settings, options: ResolveOptions) -> CheckRun:
     """discover → parse → resolve (no rules): the recipes with their effective configs."""
-    return _resolve_found(discover(paths, settings), settings, options)
+    bridge = select_bridge_data(settings, options)
+    run = _resolve_found(discover(paths, settings), settings, options)
+    run.bridge = bridge
+    return run
 
 
 def filter_tool_diagnostics(diags: list[Diagnostic], settings: Settings) -> list[Diagnostic]:
@@ -120,6 +139,14 @@ def run_check(paths: list[str], settings: Settings, options: ResolveOptions, *,
     parallel run does not compute them in its workers (the terminal shows only the fix's hint).
     ``want_estimates``: also estimate every recipe (``CheckRun.estimates``, for the GitHub and
     Markdown summaries), file by file as its recipes are checked, in the workers of a parallel run."""
+    bridge = select_bridge_data(settings, options)
+    run = _run_check(paths, settings, options, need_edits, want_estimates)
+    run.bridge = bridge
+    return run
+
+
+def _run_check(paths: list[str], settings: Settings, options: ResolveOptions, need_edits: bool,
+               want_estimates: bool) -> CheckRun:
     import dataclasses
 
     from mbmem_lint.check.engine import run_checks

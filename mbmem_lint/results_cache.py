@@ -3,7 +3,7 @@
 An entry holds the findings of one file's recipes and the content hash of every linted file those
 recipes depend on (the file and everything it imports, transitively). It is used only when all of
 them are unchanged and the engine (version, installed code and data: :mod:`mbmem_lint.fingerprint`),
-settings and options are the same, so it is never stale; deleting ``.cache/mbmem-lint`` is always safe. Runs that show or apply fixes (``--fix``, the JSON and
+the Megatron Bridge data in use (:mod:`mbmem_lint.resolve.versions`), settings and options are the same, so it is never stale; deleting ``.cache/mbmem-lint`` is always safe. Runs that show or apply fixes (``--fix``, the JSON and
 SARIF formats) store the fix edits too; an entry stored without them is a miss for such a run.
 """
 
@@ -57,8 +57,11 @@ class ResultsCache:
     def for_run(cls, settings: Settings, options: Any) -> ResultsCache:
         base = cache_root(settings)
         from mbmem_lint.fingerprint import engine_fingerprint
+        from mbmem_lint.resolve.versions import active
 
-        context = f"{engine_fingerprint()}|{FORMAT}|{settings!r}|{options!r}"
+        # The Megatron Bridge data in use (a release, or a source tree's content hash): the installed
+        # distribution can change between runs with the same settings and options.
+        context = f"{engine_fingerprint()}|{FORMAT}|{settings!r}|{options!r}|{active().cache_key}"
         return cls(base / f"results-v{FORMAT}", hashlib.sha256(context.encode()).hexdigest())
 
     def _entry_path(self, path: str) -> Path:

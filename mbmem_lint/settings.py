@@ -15,6 +15,8 @@ Example::
                                  # (default: the band measured for the recipe's kind of model)
     torch-version = "2.10"       # for version-dependent rules
     megatron-core-version = "0.19.2"
+    megatron-bridge-version = "0.5.1"  # lint against this release's data (default: installed, else newest)
+    megatron-bridge-src = "../Megatron-Bridge"  # or build the data from a source tree (cached by content)
     cache = true                 # on-disk cache under .cache/mbmem-lint
     regression-threshold = 0.05  # check/estimate --base: peak-stage growth reported above this share
     measurements = ".mbmem-lint/measurements.json"  # diagnose --record writes here; estimate reads it
@@ -133,6 +135,8 @@ class Settings:
     memory_uncertainty: float | None = None  # None: the validation table's band for the model kind
     torch_version: str | None = None
     megatron_core_version: str = "0.19.2"
+    megatron_bridge_version: str | None = None  # None: the installed distribution, else the newest shipped
+    megatron_bridge_src: str | None = None  # a Megatron Bridge source tree (relative to ``root``)
     cache: bool = False
     regression_threshold: float = 0.05
     measurements: str = ".mbmem-lint/measurements.json"
@@ -240,6 +244,17 @@ def parse_settings(table: dict[str, Any], root: Path | None) -> Settings:
             s.measurements = value
         elif key in ("torch_version", "megatron_core_version"):
             setattr(s, key, str(value))
+        elif key in ("megatron_bridge_version", "megatron_bridge_src"):
+            if not isinstance(value, str) or not value.strip():
+                raise SettingsError(f"[tool.mbmem-lint] {raw_key}: expected a non-empty string")
+            if key == "megatron_bridge_version":
+                from mbmem_lint.resolve.versions import VersionError, parse_version
+
+                try:
+                    parse_version(value)
+                except VersionError as exc:
+                    raise SettingsError(f"[tool.mbmem-lint] {raw_key}: {exc}") from None
+            setattr(s, key, value.strip())
         elif key == "cache":
             s.cache = bool(value)
         elif key == "per_file_ignores":

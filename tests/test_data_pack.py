@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from mbmem_lint.data_pack import MAGIC, Pack, PackError, dump_pack
+from mbmem_lint.data_pack import (
+    MAGIC,
+    MAGIC_MULTI,
+    Pack,
+    PackError,
+    dump_multi_pack,
+    dump_pack,
+    open_pack,
+    pack_versions,
+)
 
 
 def test_round_trip_and_entries_decoded_on_demand() -> None:
@@ -65,6 +74,37 @@ def test_library_functions_are_decoded_on_their_first_call() -> None:
 def test_damaged_pack_is_rejected(data: bytes) -> None:
     with pytest.raises(PackError):
         Pack(data)
+
+
+def test_multi_pack_shares_identical_entries_and_opens_one_version() -> None:
+    big = {"fields": [f"field_{i}" for i in range(400)]}  # compresses to a few hundred bytes
+    packs: dict[str, tuple[Any, dict[str, Any]]] = {
+        "0.5.1": ({"v": "0.5.1"}, {"shared": big, "only_old": [1], "changed": {"x": 1}}),
+        "0.6.2": ({"v": "0.6.2"}, {"shared": big, "changed": {"x": 2}, "new": "n"}),
+    }
+    data = dump_multi_pack(packs)
+    assert data.startswith(MAGIC_MULTI) and pack_versions(data) == ["0.5.1", "0.6.2"]
+    old, new = open_pack(data, "0.5.1"), open_pack(data, "0.6.2")
+    assert old.meta == {"v": "0.5.1"} and new.meta == {"v": "0.6.2"}
+    assert old.to_dict() == packs["0.5.1"][1] and new.to_dict() == packs["0.6.2"][1]
+    assert old._index["shared"] == new._index["shared"]  # one blob for both versions
+    assert old._index["changed"] != new._index["changed"]
+    alone = dump_multi_pack({"0.6.2": packs["0.6.2"]})
+    assert len(data) - len(alone) < len(dump_pack({}, {"shared": big})) - 50  # the shared blob is not stored twice
+    assert dump_multi_pack(dict(reversed(list(packs.items())))) == data  # deterministic
+    with pytest.raises(KeyError):
+        open_pack(data, "0.4.2")
+    with pytest.raises(PackError):
+        open_pack(data)  # a multi-pack needs a version
+    single = dump_pack({"m": 1}, {"a": 1})
+    assert pack_versions(single) == [] and open_pack(single, "whatever")["a"] == 1
+
+
+@pytest.mark.parametrize("data", [MAGIC_MULTI + b"5\n{nope", MAGIC_MULTI + b"30\n" + b'{"packs":{"1":[0,4]},"blobs":4}xxxx',
+                                  MAGIC_MULTI + b"12\n[1, 2, 3, 4]"])
+def test_damaged_multi_pack_is_rejected(data: bytes) -> None:
+    with pytest.raises(PackError):
+        open_pack(data, "1")
 
 
 def test_shipped_schema_header_matches_a_fresh_computation() -> None:

@@ -1,7 +1,11 @@
-"""The megatron-bridge 0.6.2 / megatron-core 0.19.2 wheels, downloaded and unpacked for tests and benches.
+"""The megatron-bridge wheels of each shipped release and the megatron-core wheel each was built
+against (:data:`mbmem_lint.resolve.versions.SHIPPED`), downloaded and unpacked for tests, benches
+and ``mbmem-lint dev regenerate``.
 
-Never committed: ``ensure_corpus()`` fetches them with ``pip download`` into ``.cache/corpus``
-(or uses ``$MBMEM_CORPUS_DIR`` when set, a folder holding ``megatron/bridge`` and ``megatron/core``).
+Never committed: ``ensure_corpus(version)`` fetches them with ``pip download`` into
+``.cache/corpus`` (0.6.2, the default) or ``.cache/corpus/<version>``. An unpacked copy is used
+instead when set: ``$MBMEM_CORPUS_DIR`` (the default release) or ``$MBMEM_CORPORA_DIR/<version>``,
+each a folder holding ``megatron/bridge`` and ``megatron/core``.
 """
 
 from __future__ import annotations
@@ -14,21 +18,31 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-MEGATRON_BRIDGE = "megatron-bridge==0.6.2"
-MEGATRON_CORE = "megatron-core==0.19.2"
+from mbmem_lint.resolve.versions import SHIPPED
+
+DEFAULT_VERSION = "0.6.2"
+MEGATRON_BRIDGE = f"megatron-bridge=={DEFAULT_VERSION}"
+MEGATRON_CORE = f"megatron-core=={SHIPPED[DEFAULT_VERSION]}"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def default_cache_dir() -> Path:
-    return REPO_ROOT / ".cache" / "corpus"
+def default_cache_dir(version: str = DEFAULT_VERSION) -> Path:
+    base = REPO_ROOT / ".cache" / "corpus"
+    return base if version == DEFAULT_VERSION else base / version
 
 
-def ensure_corpus(cache_dir: Path | None = None) -> Path:
-    """Folder containing ``megatron/bridge`` and ``megatron/core`` sources (downloaded once)."""
-    env = os.environ.get("MBMEM_CORPUS_DIR")
+def ensure_corpus(cache_dir: Path | None = None, version: str = DEFAULT_VERSION) -> Path:
+    """Folder containing the ``megatron/bridge`` sources of release ``version`` and the
+    ``megatron/core`` sources it was built against (downloaded once)."""
+    if version not in SHIPPED:
+        raise ValueError(f"megatron-bridge {version} is not a shipped release ({', '.join(SHIPPED)})")
+    env = os.environ.get("MBMEM_CORPUS_DIR") if version == DEFAULT_VERSION else None
     if env and (Path(env) / "megatron" / "bridge").is_dir():
         return Path(env)
-    cache = cache_dir or default_cache_dir()
+    corpora = os.environ.get("MBMEM_CORPORA_DIR")
+    if corpora and (Path(corpora) / version / "megatron" / "bridge").is_dir():
+        return Path(corpora) / version
+    cache = cache_dir or default_cache_dir(version)
     unpacked = cache / "unpacked"
     marker = unpacked / ".complete"
     if marker.is_file():
@@ -37,11 +51,13 @@ def ensure_corpus(cache_dir: Path | None = None) -> Path:
     wheels.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--python-version", "3.12",
-        "--only-binary=:all:", "--dest", str(wheels), MEGATRON_BRIDGE, MEGATRON_CORE,
+        "--only-binary=:all:", "--dest", str(wheels), f"megatron-bridge=={version}",
+        f"megatron-core=={SHIPPED[version]}",
     ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     unpacked.mkdir(parents=True, exist_ok=True)
-    for whl in sorted(wheels.glob("*.whl")):
+    for whl in sorted(wheels.glob(f"megatron_bridge-{version}-*.whl")) + sorted(
+            wheels.glob(f"megatron_core-{SHIPPED[version]}-*.whl")):
         with zipfile.ZipFile(whl) as zf:
             for name in zf.namelist():
                 # Only Python sources are needed; skip compiled extensions and metadata.
@@ -52,7 +68,8 @@ def ensure_corpus(cache_dir: Path | None = None) -> Path:
 
 
 def recipe_files(corpus: Path) -> list[Path]:
-    """Every ``.py`` file under ``recipes/`` and ``perf_recipes/`` (the lint corpus), sorted."""
+    """Every ``.py`` file under ``recipes/`` and ``perf_recipes/`` (the lint corpus; 0.4 and 0.5 have
+    no ``perf_recipes/``), sorted."""
     bridge = corpus / "megatron" / "bridge"
     files = list((bridge / "recipes").rglob("*.py")) + list((bridge / "perf_recipes").rglob("*.py"))
     return sorted(files)

@@ -19,7 +19,7 @@ from mbmem_lint.data import data_file
 from mbmem_lint.diagnostics import Location
 from mbmem_lint.parse.python import PythonParseError, lower_module
 from mbmem_lint.records import dataclass
-from mbmem_lint.resolve.library import MEGATRON_BRIDGE_VERSION, LibrarySummary
+from mbmem_lint.resolve.library import LibrarySummary
 from mbmem_lint.resolve.resolved import Unknown
 from mbmem_lint.resolve.values import Ext, Obj, Prov, PyClass, PyInstance
 
@@ -76,7 +76,10 @@ def generate_bridges(corpus: Path) -> dict[str, Any]:
         except PythonParseError as exc:  # pragma: no cover - the wheel parses
             raise RuntimeError(f"{rel}: {exc.message}") from exc
         modules[name] = {"path": rel, "package": False}
-    return {"megatron_bridge": MEGATRON_BRIDGE_VERSION, "modules": dict(sorted(modules.items())), "bodies": bodies}
+    from mbmem_lint.resolve.schema_gen import package_version
+
+    return {"megatron_bridge": package_version(corpus, "bridge"), "modules": dict(sorted(modules.items())),
+            "bodies": bodies}
 
 
 def dump_bridges(data: dict[str, Any]) -> bytes:
@@ -94,7 +97,7 @@ def load_bridge_library() -> LibrarySummary:
     if not res.is_file():
         raise BridgeError("mbmem_lint/data/bridges.pack is missing; run `mbmem-lint dev regenerate`")
     pack = Pack(res.read_bytes())
-    return LibrarySummary(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", MEGATRON_BRIDGE_VERSION))
+    return LibrarySummary(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", "unknown"))
 
 
 # -- running the bridges ---------------------------------------------------------------------------------

@@ -1,24 +1,24 @@
-"""The shipped summary of megatron-bridge 0.6.2: the lowered IR of its recipe modules and helpers.
+"""The shipped summary of megatron-bridge (per release): the lowered IR of its recipe modules and helpers.
 
 User recipes call ``llama3_70b_pretrain_config()``, ``_pretrain_common()``, ``bf16_mixed()``,
 ``default_peft_config("lora")``, userbuffers presets and ``**COMMON_RECIPE_ENV_VARS``. The summary
 holds exactly those modules, lowered by :mod:`mbmem_lint.parse.python` from the wheel's source
 (``mbmem-lint dev regenerate``), so the interpreter runs library code like linted code without
-the library being installed and without re-parsing it.
+the library being installed and without re-parsing it. One summary per shipped release lives in
+``library.pack`` (modules identical across releases stored once); :meth:`LibrarySummary.load`
+serves the release the run lints against (:mod:`mbmem_lint.resolve.versions`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mbmem_lint.data import data_file
 from mbmem_lint.parse.python import PythonParseError, lower_module
+from mbmem_lint.resolve import versions
 
-LIBRARY_FILE = "library.pack"
-MEGATRON_BRIDGE_VERSION = "0.6.2"
+LIBRARY_FILE = versions.LIBRARY_FILE
 
 # Folders (all modules below) and single modules of megatron/bridge that recipes import code from.
 LIBRARY_TREES = ("recipes", "perf_recipes")
@@ -30,7 +30,7 @@ LIBRARY_MODULES = (
     # Layout helpers recipes call with cfg.model (set_deepseek_v4_pipeline_model_parallel_layout):
     # analysed instead of treated as unknown code that may change anything.
     "models/deepseek/deepseek_v4_bridge.py",
-)
+)  # (a release that lacks one of them simply has no such module)
 
 
 # A top-level ``def`` of a summary module keeps its body in a pack entry of its own, named
@@ -46,21 +46,32 @@ class LibrarySummary:
     of top-level functions on their first call (:meth:`function_body`)."""
 
     def __init__(self, modules: Mapping[str, Mapping[str, Any]], bodies: Mapping[str, Any],
-                 version: str = MEGATRON_BRIDGE_VERSION) -> None:
+                 version: str = "unknown") -> None:
         self.modules = modules
         self.bodies = bodies
         self.version = version
 
     @classmethod
-    @functools.lru_cache(maxsize=1)
     def load(cls) -> LibrarySummary:
-        from mbmem_lint.data_pack import Pack
+        """The summary of the active Megatron Bridge data (:func:`versions.active`), read once per data."""
+        data = versions.active()
+        hit = _LOADED.get(data.cache_key)
+        if hit is None:
+            hit = _LOADED[data.cache_key] = cls._read(data)
+        return hit
 
-        res = data_file(LIBRARY_FILE)
+    @classmethod
+    def _read(cls, data: versions.BridgeData) -> LibrarySummary:
+        from mbmem_lint.data_pack import open_pack
+
+        res = data.library_path()
         if not res.is_file():
-            return cls({}, {})
-        pack = Pack(res.read_bytes())
-        return cls(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", MEGATRON_BRIDGE_VERSION))
+            return cls({}, {}, data.version)
+        try:
+            pack = open_pack(res.read_bytes(), data.pack_version())
+        except KeyError:
+            return cls({}, {}, data.version)
+        return cls(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", data.version))
 
     def has_module(self, name: str) -> bool:
         return name in self.modules
@@ -83,18 +94,24 @@ class LibrarySummary:
         return bool(self.modules[name].get("package"))
 
 
+_LOADED: dict[str, LibrarySummary] = {}
+
+
 def library_source_files(corpus: Path) -> list[Path]:
     bridge = corpus / "megatron" / "bridge"
     files: list[Path] = []
     for tree in LIBRARY_TREES:
         files.extend(sorted((bridge / tree).rglob("*.py")))
-    files.extend(bridge / m for m in LIBRARY_MODULES)
+    files.extend(bridge / m for m in LIBRARY_MODULES if (bridge / m).is_file())
     return files
 
 
 def generate_library(corpus: Path) -> dict[str, Any]:
-    """Lower every summary module of the unpacked wheel at ``corpus`` (holding ``megatron/bridge``):
-    ``{"megatron_bridge": version, "modules": {name: {"path", "package"}}, "bodies": {name: IR}}``."""
+    """Lower every summary module of the unpacked wheel or source tree at ``corpus`` (holding
+    ``megatron/bridge``): ``{"megatron_bridge": version, "modules": {name: {"path", "package"}},
+    "bodies": {name: IR}}``."""
+    from mbmem_lint.resolve.schema_gen import package_version
+
     modules: dict[str, dict[str, Any]] = {}
     bodies: dict[str, Any] = {}
     for f in library_source_files(corpus):
@@ -110,7 +127,23 @@ def generate_library(corpus: Path) -> dict[str, Any]:
         name = ".".join(parts)
         modules[name] = {"path": rel, "package": package}
         bodies[name] = body
-    return {"megatron_bridge": MEGATRON_BRIDGE_VERSION, "modules": dict(sorted(modules.items())), "bodies": bodies}
+    return {"megatron_bridge": package_version(corpus, "bridge"), "modules": dict(sorted(modules.items())),
+            "bodies": bodies}
+
+
+def library_entries(data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(header meta, entries) of a generated library summary, for a data pack: module bodies with
+    their top-level functions' bodies split into entries of their own (:func:`split_function_bodies`)."""
+    functions: dict[str, Any] = {}
+    modules = {name: split_function_bodies(data["bodies"][name], functions) for name in sorted(data["bodies"])}
+    meta = {"megatron_bridge": data["megatron_bridge"], "modules": data["modules"]}
+    return meta, {**modules, **functions}
+
+
+def library_dictionary_sample(entries: Mapping[str, Any]) -> list[str]:
+    """The entries whose encodings make the pack's zlib dictionary: function bodies are most of the
+    summary and alike (1.24 MB compressed one by one, 0.86 MB against a sample of them)."""
+    return sorted(n for n in entries if n.startswith(FUNCTION_BODY_MARK))[::7]
 
 
 def split_function_bodies(body: list[Any], entries: dict[str, Any]) -> list[Any]:
@@ -127,11 +160,8 @@ def split_function_bodies(body: list[Any], entries: dict[str, Any]) -> list[Any]
 
 
 def dump_library(data: Mapping[str, Any]) -> bytes:
+    """The bytes of a one-version library pack (data built from a source tree)."""
     from mbmem_lint.data_pack import dump_pack
 
-    functions: dict[str, Any] = {}
-    modules = {name: split_function_bodies(data["bodies"][name], functions) for name in sorted(data["bodies"])}
-    meta = {"megatron_bridge": data["megatron_bridge"], "modules": data["modules"]}
-    # Function bodies are most of the summary and alike: a sample of them makes the zlib dictionary
-    # (1.24 MB compressed one by one, 0.86 MB with it; the modules' bodies whole were 0.86 MB).
-    return dump_pack(meta, {**modules, **functions}, dictionary_sample=sorted(functions)[::7])
+    meta, entries = library_entries(data)
+    return dump_pack(meta, entries, dictionary_sample=library_dictionary_sample(entries))

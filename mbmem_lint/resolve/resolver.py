@@ -49,6 +49,8 @@ class ResolveOptions:
     # check: an override file that names no recipe becomes a partial config of its own values
     # (resolve/partial.py); resolve and estimate show recipes only.
     lone_overrides: bool = False
+    megatron_bridge_version: str | None = None  # --megatron-bridge-version (over the settings key)
+    megatron_bridge_src: str | None = None  # --megatron-bridge-src (over the settings keys)
 
 
 @dataclass

@@ -24,7 +24,7 @@ import ast
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,20 +156,33 @@ def _index_module(info: _ModuleInfo) -> None:
 _CLASS_RE = re.compile(r"^class\s+(\w+)\s*\(([^)]*)\)", re.M)
 
 
+def package_roots(corpus: Path | Sequence[Path]) -> dict[str, Path]:
+    """Package (``bridge``, ``core``, ``training``) → the first of the folders that holds ``megatron/<package>``."""
+    roots = [corpus] if isinstance(corpus, Path) else list(corpus)
+    found: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for root in roots:
+            if (root / "megatron" / pkg).is_dir():
+                found[pkg] = root
+                break
+    return found
+
+
 class _Corpus:
     """Module index over the corpus; modules are parsed lazily (``ast.parse`` dominates the cost)."""
 
-    def __init__(self, corpus: Path) -> None:
+    def __init__(self, corpus: Path | Sequence[Path]) -> None:
         self.paths: dict[str, tuple[Path, bool]] = {}
         self.texts: dict[str, str] = {}
         self._modules: dict[str, _ModuleInfo | None] = {}
-        for pkg in PACKAGES:
-            pkg_dir = corpus / "megatron" / pkg
-            if not pkg_dir.is_dir():
-                continue
-            for path in sorted(pkg_dir.rglob("*.py")):
-                name, is_package = _module_name(corpus, path)
+        self.roots = package_roots(corpus)
+        for pkg, root in self.roots.items():
+            for path in sorted((root / "megatron" / pkg).rglob("*.py")):
+                name, is_package = _module_name(root, path)
                 self.paths[name] = (path, is_package)
+
+    def package_root(self, pkg: str) -> Path | None:
+        return self.roots.get(pkg)
 
     def text(self, name: str) -> str:
         if name not in self.texts:
@@ -459,7 +472,10 @@ def _c3_merge(seqs: list[list[str]]) -> list[str] | None:
     return out
 
 
-def _version(corpus: Path, pkg: str) -> str:
+def package_version(corpus: Path | None, pkg: str) -> str:
+    """``MAJOR.MINOR.PATCH`` (plus ``PRE_RELEASE``) of ``megatron/<pkg>/package_info.py`` under ``corpus``."""
+    if corpus is None:
+        return "unknown"
     path = corpus / "megatron" / pkg / "package_info.py"
     try:
         text = path.read_text(encoding="utf-8")
@@ -471,7 +487,8 @@ def _version(corpus: Path, pkg: str) -> str:
         if not m:
             return "unknown"
         nums.append(m.group(1))
-    return ".".join(nums)
+    pre = re.search(r"^PRE_RELEASE\s*=\s*[\"']([A-Za-z0-9.]*)[\"']", text, re.M)
+    return ".".join(nums) + (pre.group(1) if pre else "")
 
 
 def _init_attributes(node: ast.ClassDef, enc: Any, declared: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -508,8 +525,21 @@ def _init_attributes(node: ast.ClassDef, enc: Any, declared: dict[str, Any]) -> 
     return out
 
 
-def generate_schema(corpus: Path) -> dict[str, Any]:
-    """Extract the schema of every dataclass (and dataclass subclass) in the corpus."""
+def generate_schema(corpus: Path | Sequence[Path]) -> dict[str, Any]:
+    """The schema of every dataclass (and dataclass subclass) in the corpus, each class with all its
+    fields (``{"bases", "fields"}``: the compact form expanded by :func:`expand_schema`)."""
+    return expand_schema(generate_compact_schema(corpus))
+
+
+def generate_compact_schema(corpus: Path | Sequence[Path]) -> dict[str, Any]:
+    """The schema as shipped: each class with its bases, its MRO (classes of the schema only) and,
+    for a dataclass, the fields it declares itself (``{"bases", "mro", "own"}``). The fields of a
+    class are merged from these at load time (:func:`mbmem_lint.resolve.schema.merged_fields`),
+    so a base's fields are stored once rather than in every subclass.
+
+    ``corpus``: a folder holding ``megatron/bridge``, ``megatron/core`` (and ``megatron/training``),
+    or several such folders (a Bridge checkout and a Core checkout): the first that has a package wins.
+    """
     idx = _Corpus(corpus)
 
     classes: dict[str, _ClassInfo] = {}
@@ -575,43 +605,35 @@ def generate_schema(corpus: Path) -> dict[str, Any]:
         own_cache[qual] = out
         return out
 
-    full_cache: dict[str, dict[str, dict[str, Any]]] = {}
-
-    def full_fields(qual: str) -> dict[str, dict[str, Any]]:
-        """``cls.__dataclass_fields__`` as Python computes it (dataclasses._process_class): for each
-        base in reversed MRO, that base's *whole* ``__dataclass_fields__`` (inherited ones included),
-        then the class's own. So with ``class P(MLATransformerConfig, GPTModelProvider)`` the
-        TransformerConfig default that MLATransformerConfig inherits wins over GPTModelProvider's
-        override. A class that is not a dataclass itself exposes its nearest dataclass ancestor's."""
-        if qual in full_cache:
-            return full_cache[qual]
-        full_cache[qual] = {}  # cycle guard
-        chain = [c for c in mro(qual) if c in classes]
-        if not classes[qual].is_dataclass:
-            nearest = next((c for c in chain[1:] if classes[c].is_dataclass), None)
-            out = dict(full_fields(nearest)) if nearest is not None else {}
-        else:
-            out = {}
-            for base in reversed(chain[1:]):
-                for name, spec in full_fields(base).items():
-                    out[name] = spec  # dict update keeps the first position, like dataclasses
-            for name, spec in own_fields(qual).items():
-                out[name] = spec
-        full_cache[qual] = out
-        return out
-
+    # A class with no dataclass in its MRO contributes no fields: it is left out, and so are the
+    # links to it (dataclasses would find nothing there either).
+    kept = [q for q in sorted(classes) if any(c in classes and classes[c].is_dataclass for c in mro(q))]
+    keep = set(kept)
     result: dict[str, Any] = {}
-    for qual in sorted(classes):
+    for qual in kept:
         ci = classes[qual]
-        chain = mro(qual)
-        if not any(c in classes and classes[c].is_dataclass for c in chain):
-            continue
-        result[qual] = {"bases": list(ci.bases), "fields": full_fields(qual)}
+        entry: dict[str, Any] = {"bases": list(ci.bases), "mro": [c for c in mro(qual)[1:] if c in keep]}
+        if ci.is_dataclass:
+            entry["own"] = own_fields(qual)
+        result[qual] = entry
 
     return {
         "generator": {
-            "megatron_bridge": _version(corpus, "bridge"),
-            "megatron_core": _version(corpus, "core"),
+            "megatron_bridge": package_version(idx.package_root("bridge"), "bridge"),
+            "megatron_core": package_version(idx.package_root("core"), "core"),
         },
         "classes": result,
+    }
+
+
+def expand_schema(compact: Mapping[str, Any]) -> dict[str, Any]:
+    """The compact schema with every class's merged fields: ``{"bases", "fields"}`` per class."""
+    from mbmem_lint.resolve.schema import merged_fields
+
+    classes: Mapping[str, Any] = compact.get("classes", {})
+    memo: dict[str, dict[str, Any]] = {}
+    return {
+        "generator": dict(compact.get("generator", {})),
+        "classes": {q: {"bases": list(spec.get("bases", [])), "fields": merged_fields(q, classes, memo)}
+                    for q, spec in classes.items()},
     }
