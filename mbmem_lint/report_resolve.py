@@ -12,6 +12,7 @@ JSON contract (other tools read it)::
 Unknown values are ``null`` in ``fields`` and listed in ``unknown``. ``rewrites`` lists Bridge's
 runtime rewrites with their reasons, ``architecture`` where an ``AutoBridge`` model's architecture came
 from (bundled table, Hugging Face cache, a pyproject path) or why it is unknown (both additive to the contract).
+``megatron_bridge`` is the Megatron Bridge data the run used (additive; the object of ``check --format json``).
 """
 
 from __future__ import annotations
@@ -52,8 +53,12 @@ def recipe_json(r: ResolvedRecipe) -> dict[str, Any]:
     }
 
 
-def render_resolve_json(recipes: list[ResolvedRecipe]) -> dict[str, Any]:
-    return {"recipes": [recipe_json(r) for r in recipes]}
+def render_resolve_json(recipes: list[ResolvedRecipe], bridge: Any = None) -> dict[str, Any]:
+    """``bridge``: the Megatron Bridge data of the run (``BridgeData``), recorded as ``megatron_bridge``."""
+    out: dict[str, Any] = {"recipes": [recipe_json(r) for r in recipes]}
+    if bridge is not None:
+        out["megatron_bridge"] = bridge.to_json()
+    return out
 
 
 def _fmt(v: Any) -> str:

@@ -1,28 +1,15 @@
 #!/usr/bin/env python
-"""Regenerate mbmem_lint/data/{schema.json.gz,models.json} from the megatron-bridge 0.6.2 wheels.
+"""Regenerate (or check) the shipped data of one Megatron Bridge release from its wheels; the same
+as ``mbmem-lint dev regenerate [--version X] [--check]``.
 
-Usage: python scripts/regenerate_data.py [--check]
+Usage: python scripts/regenerate_data.py [--version X.Y.Z] [--check]
 """
 
 from __future__ import annotations
 
 import sys
 
-from mbmem_lint.dev.corpus import ensure_corpus
-from mbmem_lint.dev.regenerate import check_stale, regenerate
-
-
-def main(argv: list[str]) -> int:
-    corpus = ensure_corpus()
-    if "--check" in argv:
-        stale = check_stale(corpus)
-        for name in stale:
-            print(f"stale: mbmem_lint/data/{name}")
-        return 1 if stale else 0
-    for path in regenerate(corpus):
-        print(f"wrote {path}")
-    return 0
-
+from mbmem_lint.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(["dev", "regenerate", *sys.argv[1:]]))

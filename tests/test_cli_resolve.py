@@ -30,7 +30,11 @@ RESOLVE_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["recipes"],
-    "properties": {"recipes": {"type": "array", "items": {
+    "properties": {
+      # additive (issue 18): the Megatron Bridge data the run used, as in `check --format json`
+      "megatron_bridge": json.loads((ROOT / "docs" / "json-schema" / "diagnostics.schema.json").read_text())[
+          "$defs"]["megatron_bridge"],
+      "recipes": {"type": "array", "items": {
         "type": "object",
         "additionalProperties": False,
         # "rewrites" is documented as additive to the issue's contract (report_resolve.py)

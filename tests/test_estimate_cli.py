@@ -27,8 +27,10 @@ def test_json_contract_exact_keys() -> None:
     d = json.loads(out)
     assert set(d) == {"recipe", "gpu", "world_size", "parallelism", "stages", "peak_bytes", "allocated_peak_bytes",
                       "allocated_peak_stage", "peak_stage", "fits", "headroom_bytes", "uncertainty", "assumptions",
-                      "measurement"}
+                      "measurement", "megatron_bridge"}  # megatron_bridge: additive (issue 18)
     assert d["measurement"] is None  # no recorded measurement of this configuration (diagnose --record)
+    assert d["megatron_bridge"] == {"version": "0.6.2", "megatron_core": "0.19.2", "source": "default",
+                                    "data": "shipped"}
     assert set(d["gpu"]) == {"name", "capacity_bytes", "usable_bytes"}
     assert d["gpu"]["name"] == "h100-80gb" and d["gpu"]["capacity_bytes"] >= d["gpu"]["usable_bytes"]
     assert set(d["parallelism"]) == {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp"}

@@ -8,6 +8,8 @@ import click
 
 from mbmem_lint.commands.common import (
     EXIT_FINDINGS,
+    bridge_notice,
+    bridge_options,
     fail,
     format_option,
     load_settings_for,
@@ -24,6 +26,7 @@ FORMATS = ("text", "json", "github", "sarif", "markdown")
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS... | FILE::FUNCTION")
 @format_option(FORMATS, None, "Output format (default: text; github inside GitHub Actions).")
 @target_options
+@bridge_options
 @click.option("--select", multiple=True, metavar="CODE", help="Only these rule codes or prefixes (repeatable).")
 @click.option("--ignore", multiple=True, metavar="CODE", help="Skip these rule codes or prefixes (repeatable).")
 @click.option("--fail-level", type=click.Choice(("error", "warning", "info")),
@@ -39,9 +42,9 @@ FORMATS = ("text", "json", "github", "sarif", "markdown")
               help="Also compare each recipe's estimated peak with git revision REV (read from git, no checkout): "
                    "MBM703 on the lines that grew it beyond regression-threshold.")
 def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: int | None, recipe: str | None,
-          set_items: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...], fail_level: str | None,
-          fix: bool, diff: bool, apply_fixes: bool, unsafe_fixes: bool, patch_file: str | None,
-          color: bool | None, base_rev: str | None = None) -> int:
+          set_items: tuple[str, ...], bridge_version: str | None, bridge_src: str | None, select: tuple[str, ...],
+          ignore: tuple[str, ...], fail_level: str | None, fix: bool, diff: bool, apply_fixes: bool,
+          unsafe_fixes: bool, patch_file: str | None, color: bool | None, base_rev: str | None = None) -> int:
     """Lint recipe files and YAML overrides (files or folders).
 
     Exit 0 when clean, 1 with findings at or above the fail level (or fixes shown with --diff),
@@ -49,6 +52,7 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
     from mbmem_lint.discover.files import MissingPathError
     from mbmem_lint.pipeline import exit_code, run_check
     from mbmem_lint.report import default_format, render
+    from mbmem_lint.resolve.versions import VersionError
 
     function = None
     if any("::" in p for p in paths):
@@ -64,7 +68,8 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
         settings.ignore = list(settings.ignore) + list(ignore)
     if fail_level:
         settings.fail_level = fail_level
-    options = resolve_options(gpu, world_size, recipe, set_items, function)
+    options = resolve_options(gpu, world_size, recipe, set_items, function, bridge_version=bridge_version,
+                              bridge_src=bridge_src)
     if base_rev is not None:
         settings.cache = False  # cached findings know nothing of the base revision
         settings.base = _base_index(list(paths), settings, options, base_rev)
@@ -75,6 +80,9 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
                         want_estimates=not fixing and fmt in ("github", "markdown"))
     except MissingPathError as exc:
         fail(f"{exc}: no such file or directory")
+    except VersionError as exc:
+        fail(str(exc))
+    bridge_notice(run)
     code = exit_code(run.diagnostics, settings)
     if fixing:
         from mbmem_lint.commands.common import echo
@@ -82,7 +90,7 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
 
         mode = "apply" if apply_fixes else ("diff" if diff else "fix")
         if mode != "diff":
-            render(run.diagnostics, fmt, sources=run.sources, stream=sys.stdout, color=color)
+            render(run.diagnostics, fmt, sources=run.sources, stream=sys.stdout, color=color, bridge=run.bridge)
         text, n_fixes = render_fix_output(run.diagnostics, run.sources, mode=mode,  # type: ignore[arg-type]
                                           unsafe=unsafe_fixes, patch_file=patch_file)
         if text:
@@ -97,7 +105,7 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
 
         regressions = regression_rows(settings.base, estimates)
     render(run.diagnostics, fmt, sources=run.sources, stream=sys.stdout, estimates=estimates, color=color,
-           regressions=regressions)
+           regressions=regressions, bridge=run.bridge)
     return code
 
 

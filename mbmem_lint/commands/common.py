@@ -56,8 +56,9 @@ def load_settings_for(paths: list[str]) -> Any:
 
 
 def resolve_options(gpu: str | None, world_size: int | None, recipe: str | None, set_items: tuple[str, ...],
-                    function: str | None = None) -> Any:
-    """The resolver's options from the target options; a bad value is an input error."""
+                    function: str | None = None, bridge_version: str | None = None,
+                    bridge_src: str | None = None) -> Any:
+    """The resolver's options from the target (and Megatron Bridge) options; a bad value is an input error."""
     from mbmem_lint.resolve.resolver import ResolveOptions
 
     if gpu:
@@ -77,8 +78,23 @@ def resolve_options(gpu: str | None, world_size: int | None, recipe: str | None,
             fail("; ".join(d.message for d in bad))
     if recipe is not None and "::" not in recipe:
         fail(f"--recipe must look like FILE::FUNCTION, got {recipe!r}")
+    if bridge_version is not None:
+        from mbmem_lint.resolve.versions import VersionError, parse_version
+
+        try:
+            parse_version(bridge_version)
+        except VersionError as exc:
+            fail(f"--megatron-bridge-version: {exc}")
     return ResolveOptions(gpu=gpu, world_size=world_size, function=function, recipe_ref=recipe,
-                          set_overrides=set_file)
+                          set_overrides=set_file, megatron_bridge_version=bridge_version,
+                          megatron_bridge_src=bridge_src)
+
+
+def bridge_notice(run: Any) -> None:
+    """Tell the user (on stderr) when the run lints against another release than the one asked for."""
+    notice = run.bridge.notice() if run is not None and run.bridge is not None else None
+    if notice:
+        echo(f"{PROG}: notice: {notice}", err=True)
 
 
 def split_target(path: str) -> tuple[str, str | None]:
@@ -97,6 +113,21 @@ def target_options(func: F) -> F:
         click.option("--recipe", metavar="FILE::FUNCTION", help="Recipe the given YAML override files apply to."),
         click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
                      help="Hydra-style override (repeatable): model.tensor_model_parallel_size=4."),
+    )):
+        func = option(func)
+    return func
+
+
+def bridge_options(func: F) -> F:
+    """``--megatron-bridge-version``, ``--megatron-bridge-src``: the Megatron Bridge the run lints against."""
+    for option in reversed((
+        click.option("--megatron-bridge-version", "bridge_version", metavar="X.Y.Z",
+                     help="Lint against this Megatron Bridge release's data (default: the "
+                          "megatron-bridge-version setting, else the installed megatron-bridge, else the "
+                          "newest shipped; an unshipped release uses the nearest older one)."),
+        click.option("--megatron-bridge-src", "bridge_src", type=click.Path(file_okay=False), metavar="PATH",
+                     help="Lint against a Megatron Bridge source tree (a fork or main checkout): its schema "
+                          "and recipe library are read from the sources, nothing is imported; cached by content."),
     )):
         func = option(func)
     return func

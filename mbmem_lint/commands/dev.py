@@ -14,25 +14,38 @@ def dev() -> None:
 
 
 @dev.command(context_settings={"help_option_names": ["-h", "--help"]},
-             short_help="Regenerate the shipped schema, model table and library summary.")
+             short_help="Regenerate the shipped schema, model table and library summary of a release.")
+@click.option("--version", "version", metavar="X.Y.Z", default=None,
+              help="Megatron Bridge release to regenerate (a shipped one; default: the newest).")
 @click.option("--check", "check_only", is_flag=True, help="Exit 1 if the shipped data is stale; write nothing.")
 @click.option("--corpus", type=click.Path(file_okay=False), metavar="DIRECTORY",
-              help="Unpacked wheels (default: download).")
-def regenerate(check_only: bool, corpus: str | None) -> int:
-    """Regenerate the schema, model table and library summary from megatron-bridge 0.6.2 / core 0.19.2."""
+              help="Unpacked wheels of that release and its megatron-core (default: download).")
+def regenerate(version: str | None, check_only: bool, corpus: str | None) -> int:
+    """Regenerate one release's section of the shipped data from its megatron-bridge wheel and the
+    megatron-core wheel it was built against (0.4.2/0.17.1, 0.5.1/0.18.2, 0.6.2/0.19.2; see
+    docs/versions.md). The model table is rebuilt with the newest release."""
     from pathlib import Path
 
+    from mbmem_lint.commands.common import fail
     from mbmem_lint.dev.corpus import ensure_corpus
-    from mbmem_lint.dev.regenerate import check_stale
+    from mbmem_lint.dev.regenerate import check_stale, corpus_version
     from mbmem_lint.dev.regenerate import regenerate as write_data
+    from mbmem_lint.resolve.versions import SHIPPED, parse_version
 
-    root = Path(corpus) if corpus else ensure_corpus()
+    version = version or max(SHIPPED, key=parse_version)
+    if version not in SHIPPED:
+        fail(f"--version {version}: not a shipped release ({', '.join(SHIPPED)}); add it to "
+             "mbmem_lint/resolve/versions.py SHIPPED with its megatron-core first")
+    root = Path(corpus) if corpus else ensure_corpus(version=version)
+    found = corpus_version(root)
+    if found != version:
+        fail(f"--corpus {root} holds megatron-bridge {found}, not {version}")
     if check_only:
-        stale = check_stale(root)
+        stale = check_stale(root, version=version)
         for name in stale:
             echo(f"stale: {name}")
         return EXIT_FINDINGS if stale else EXIT_CLEAN
-    for p in write_data(root, Path(__file__).resolve().parents[1] / "data"):
+    for p in write_data(root, Path(__file__).resolve().parents[1] / "data", version=version):
         echo(f"wrote {p}")
     return EXIT_CLEAN
 

@@ -8,6 +8,7 @@ from mbmem_lint.commands.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
+    bridge_options,
     echo,
     fail,
     format_option,
@@ -23,13 +24,14 @@ if TYPE_CHECKING:
                short_help="Estimate per-rank memory of every pipeline stage against the GPU.")
 @click.argument("path", metavar="PATH[::FUNCTION]")
 @target_options
+@bridge_options
 @format_option(("text", "json", "markdown"), "text", "Output format.")
 @click.option("--base", "base_rev", metavar="REV",
               help="Also estimate the recipe as it was at git revision REV (read from git, no checkout).")
 @click.option("--measurements", "measurements_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Recorded measurements to show next to the estimate (default: [tool.mbmem-lint] measurements).")
 def estimate(path: str, gpu: str | None, world_size: int | None, recipe: str | None, set_items: tuple[str, ...],
-             fmt: str, base_rev: str | None = None, measurements_file: str | None = None) -> int:
+             bridge_version: str | None, bridge_src: str | None, fmt: str, base_rev: str | None = None, measurements_file: str | None = None) -> int:
     """Per-rank memory estimate of PATH[::FUNCTION] for every pipeline stage, with a matching recorded
     measurement (`diagnose --record`) and, with --base, the estimate at a git revision.
 
@@ -43,7 +45,7 @@ def estimate(path: str, gpu: str | None, world_size: int | None, recipe: str | N
     from mbmem_lint.estimate.types import EstimateUnavailable
     from mbmem_lint.estimate.unchecked import memory_not_checked_message
 
-    run, settings = resolve_targets((path,), None, gpu, world_size, recipe, set_items)
+    run, settings = resolve_targets((path,), None, gpu, world_size, recipe, set_items, bridge_version, bridge_src)
     if not run.recipes:
         for d in run.diagnostics:
             echo(f"{d.location.path}:{d.location.line}: {d.code} {d.message}", err=True)
@@ -71,6 +73,9 @@ def estimate(path: str, gpu: str | None, world_size: int | None, recipe: str | N
             item["measurement"] = measured.get(id(r))
             if base_rev is not None:
                 item["base"] = bases.get(id(r))
+        if run.bridge is not None:  # each estimate records the Megatron Bridge data it was made with
+            for item in data:
+                item["megatron_bridge"] = run.bridge.to_json()
         echo(json.dumps(data[0] if len(data) == 1 else data, indent=2))
     else:
         render_fn = render_markdown if fmt == "markdown" else render_text

@@ -7,6 +7,8 @@ import click
 from mbmem_lint.commands.common import (
     EXIT_CLEAN,
     EXIT_ERROR,
+    bridge_notice,
+    bridge_options,
     echo,
     fail,
     format_option,
@@ -22,11 +24,13 @@ if TYPE_CHECKING:
 
 
 def resolve_targets(paths: tuple[str, ...], function: str | None, gpu: str | None, world_size: int | None,
-                    recipe: str | None, set_items: tuple[str, ...]) -> tuple[Any, Any]:
+                    recipe: str | None, set_items: tuple[str, ...], bridge_version: str | None = None,
+                    bridge_src: str | None = None) -> tuple[Any, Any]:
     """Resolve PATH[::FUNCTION]... (files or folders): the paths without a function in one pass (they
     share the resolver's memo), each ``FILE::FUNCTION`` on its own. Returns (CheckRun, Settings)."""
     from mbmem_lint.discover.files import MissingPathError
     from mbmem_lint.pipeline import resolve_paths
+    from mbmem_lint.resolve.versions import VersionError
 
     targets = [split_target(p) for p in paths]
     settings = load_settings_for([file for file, _ in targets])
@@ -36,7 +40,8 @@ def resolve_targets(paths: tuple[str, ...], function: str | None, gpu: str | Non
     run = None
     try:
         for files, fn in groups:
-            part = resolve_paths(files, settings, resolve_options(gpu, world_size, recipe, set_items, fn))
+            part = resolve_paths(files, settings, resolve_options(gpu, world_size, recipe, set_items, fn,
+                                                                  bridge_version, bridge_src))
             if run is None:
                 run = part
             else:
@@ -45,6 +50,9 @@ def resolve_targets(paths: tuple[str, ...], function: str | None, gpu: str | Non
                 run.sources.update(part.sources)
     except MissingPathError as exc:
         fail(f"{exc}: no such file or directory")
+    except VersionError as exc:
+        fail(str(exc))
+    bridge_notice(run)
     return run, settings
 
 
@@ -53,19 +61,21 @@ def resolve_targets(paths: tuple[str, ...], function: str | None, gpu: str | Non
 @click.argument("paths", nargs=-1, required=True, metavar="PATH[::FUNCTION]...")
 @click.option("--function", help="Only this recipe function (or use FILE::FUNCTION).")
 @target_options
+@bridge_options
 @format_option(("text", "json"), "text", "Output format.")
 def resolve(paths: tuple[str, ...], function: str | None, gpu: str | None, world_size: int | None,
-            recipe: str | None, set_items: tuple[str, ...], fmt: str) -> int:
+            recipe: str | None, set_items: tuple[str, ...], bridge_version: str | None, bridge_src: str | None,
+            fmt: str) -> int:
     """Print the effective config of each recipe in PATHS, with where each value was set."""
     import json
 
     from mbmem_lint.report_resolve import render_resolve_json, render_resolve_text
 
-    run, _settings = resolve_targets(paths, function, gpu, world_size, recipe, set_items)
+    run, _settings = resolve_targets(paths, function, gpu, world_size, recipe, set_items, bridge_version, bridge_src)
     for d in run.diagnostics:
         echo(f"{d.location.path}:{d.location.line}:{d.location.column}: {d.code} {d.message}", err=True)
     if fmt == "json":
-        echo(json.dumps(render_resolve_json(run.recipes), indent=2, sort_keys=False))
+        echo(json.dumps(render_resolve_json(run.recipes, run.bridge), indent=2, sort_keys=False))
     else:
         echo(render_resolve_text(run.recipes), nl=False)
     if not run.recipes:

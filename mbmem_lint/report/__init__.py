@@ -65,6 +65,7 @@ def render(
     root: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     regressions: Sequence[Mapping[str, Any]] | None = None,
+    bridge: Any = None,
 ) -> None:
     """Write ``diagnostics`` to ``stream`` in format ``fmt``.
 
@@ -74,6 +75,8 @@ def render(
     SARIF URIs are relative to (default: paths as given). ``env``: environment (default
     ``os.environ``) for ``NO_COLOR`` and ``GITHUB_STEP_SUMMARY``. ``regressions``: before/after rows of
     ``check --base`` (:func:`mbmem_lint.regression.regression_rows`) for the Markdown outputs.
+    ``bridge``: the Megatron Bridge data the run linted against (``BridgeData``): named under the text
+    summary, recorded in JSON and SARIF.
 
     With ``github``, when ``GITHUB_STEP_SUMMARY`` is set, a Markdown summary is appended to it.
     """
@@ -82,11 +85,11 @@ def render(
     if fmt == "text":
         from mbmem_lint.report.text import render_text
 
-        render_text(diags, stream, sources=sources, color=color, env=env)
+        render_text(diags, stream, sources=sources, color=color, env=env, bridge=bridge)
     elif fmt == "json":
         from mbmem_lint.report.json_format import render_json
 
-        render_json(diags, stream)
+        render_json(diags, stream, bridge)
     elif fmt == "github":
         from mbmem_lint.report.github import render_github, write_step_summary
 
@@ -97,7 +100,7 @@ def render(
     elif fmt == "sarif":
         from mbmem_lint.report.sarif import render_sarif
 
-        render_sarif(diags, stream, rules=rules, sources=sources, root=root)
+        render_sarif(diags, stream, rules=rules, sources=sources, root=root, bridge=bridge)
     elif fmt == "markdown":
         from mbmem_lint.report.markdown import render_markdown
 

@@ -14,14 +14,18 @@ from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.report.common import ordered, summarize
 
 
-def build_json(diagnostics: Iterable[Diagnostic]) -> dict[str, Any]:
+def build_json(diagnostics: Iterable[Diagnostic], bridge: Any = None) -> dict[str, Any]:
+    """``bridge``: the Megatron Bridge data the run used (``BridgeData``), recorded as ``megatron_bridge``."""
     diags = ordered(diagnostics)
-    return {
+    out = {
         "diagnostics": [d.to_json() for d in diags],
         "summary": summarize(diags).to_json(),
     }
+    if bridge is not None:
+        out["megatron_bridge"] = bridge.to_json()
+    return out
 
 
-def render_json(diagnostics: Iterable[Diagnostic], stream: TextIO) -> None:
-    json.dump(build_json(diagnostics), stream, indent=2, ensure_ascii=False)
+def render_json(diagnostics: Iterable[Diagnostic], stream: TextIO, bridge: Any = None) -> None:
+    json.dump(build_json(diagnostics, bridge), stream, indent=2, ensure_ascii=False)
     stream.write("\n")

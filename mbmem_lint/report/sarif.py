@@ -187,8 +187,10 @@ def build_sarif(
     rules: Sequence[Any] | None = None,
     sources: Sources | None = None,
     root: str | Path | None = None,
+    bridge: Any = None,
 ) -> dict[str, Any]:
-    """The SARIF log as a dict. ``rules``: catalog rule objects (default: the registry's)."""
+    """The SARIF log as a dict. ``rules``: catalog rule objects (default: the registry's).
+    ``bridge``: the Megatron Bridge data the run used, recorded in the run's property bag."""
     diags = ordered(diagnostics)
     infos = (
         [rule_info(r) if not isinstance(r, RuleInfo) else r for r in rules]
@@ -250,6 +252,8 @@ def build_sarif(
         "columnKind": "unicodeCodePoints",
         "results": results,
     }
+    if bridge is not None:
+        run["properties"] = {"megatron_bridge": bridge.to_json()}
     if root is not None:
         run["originalUriBaseIds"] = {"%SRCROOT%": {"uri": Path(root).resolve().as_uri() + "/"}}
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
@@ -262,9 +266,10 @@ def render_sarif(
     rules: Sequence[Any] | None = None,
     sources: Sources | None = None,
     root: str | Path | None = None,
+    bridge: Any = None,
 ) -> None:
     json.dump(
-        build_sarif(diagnostics, rules=rules, sources=sources, root=root),
+        build_sarif(diagnostics, rules=rules, sources=sources, root=root, bridge=bridge),
         stream,
         indent=2,
         ensure_ascii=False,

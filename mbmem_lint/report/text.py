@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.report.common import ordered, summarize, summary_sentence
@@ -133,7 +133,9 @@ def render_text(
     sources: Sources,
     color: bool | None = None,
     env: Mapping[str, str] | None = None,
+    bridge: Any = None,
 ) -> None:
+    """``bridge``: the Megatron Bridge data the run used; named on the line after the summary."""
     diags = ordered(diagnostics)
     enabled = use_color(stream, color, env)
     for d in diags:
@@ -141,3 +143,5 @@ def render_text(
     summary = summary_sentence(summarize(diags))
     style = _Style(enabled)
     stream.write(style(summary, _BOLD) + "\n")
+    if bridge is not None:
+        stream.write(f"Linted against {bridge.describe()}\n")
