@@ -18,8 +18,9 @@ several versions is stored once (its blob is shared, found by its bytes)::
 
     b"MBMPACK2\\n" + b"<top length>\\n" + top JSON + version headers + entry blobs
 
-The top is ``{"packs": {version: [offset, length]}, "blobs": <offset of the first blob>}`` and
-maybe ``"zdict": [offset, length]`` (one preset dictionary for every version, so an entry that did
+The top is ``{"packs": {version: [offset, length]}, "blobs": <offset of the first blob>}``, maybe
+``"labels": {version: <small JSON>}`` (what a caller must know of each version without opening it)
+and ``"zdict": [offset, length]`` (one preset dictionary for every version, so an entry that did
 not change still compresses to the same bytes); version offsets count from the end of the top; a
 version header is a zlib-compressed MBMPACK1 header whose entry offsets count from the first blob.
 Opening one version parses the top and that version's header only.
@@ -76,10 +77,12 @@ def dump_pack(meta: Any, entries: Mapping[str, Any], *, dictionary_sample: list[
 
 
 def dump_multi_pack(packs: Mapping[str, tuple[Any, Mapping[str, Any]]], *,
-                    dictionary: tuple[str, list[str]] | None = None) -> bytes:
+                    dictionary: tuple[str, list[str]] | None = None,
+                    labels: Mapping[str, Any] | None = None) -> bytes:
     """One file holding ``{version: (meta, entries)}``; identical entries are stored once.
     ``dictionary``: (version, entry names) whose encodings make the preset dictionary of every entry
-    of every version, as ``dump_pack``'s ``dictionary_sample``."""
+    of every version, as ``dump_pack``'s ``dictionary_sample``. ``labels``: a small JSON value per
+    version kept in the top header (:func:`pack_labels` reads them without opening a version)."""
     zdict: bytes | None = None
     if dictionary is not None and dictionary[1]:
         version, names = dictionary
@@ -106,6 +109,8 @@ def dump_multi_pack(packs: Mapping[str, tuple[Any, Mapping[str, Any]]], *,
         spans[version] = [at, len(header)]
         at += len(header)
     top: dict[str, Any] = {"packs": spans, "blobs": at}
+    if labels:
+        top["labels"] = {v: labels[v] for v in sorted(labels) if v in packs}
     if zdict is not None:
         top["zdict"] = [0, len(zdict)]
     head = _dumps(top)
@@ -133,6 +138,18 @@ def pack_versions(data: bytes) -> list[str]:
     try:
         return sorted(top["packs"])
     except (KeyError, TypeError) as exc:
+        raise PackError(f"damaged data pack header: {exc!r}") from exc
+
+
+def pack_labels(data: bytes) -> dict[str, Any]:
+    """Version → its label in a multi-pack (every version listed; ``None`` where it has no label)."""
+    if not data.startswith(MAGIC_MULTI):
+        raise PackError("not an mbmem-lint multi-version data pack")
+    top, _end = _top(data, MAGIC_MULTI)
+    try:
+        labels = top.get("labels") or {}
+        return {v: labels.get(v) for v in top["packs"]}
+    except (AttributeError, KeyError, TypeError) as exc:
         raise PackError(f"damaged data pack header: {exc!r}") from exc
 
 

@@ -14,6 +14,14 @@ PEFT = "llama3_8b_peft_config"  # MB recipes/llama/h100/llama3.py:2338 (LoRA dim
 SFT = "llama3_8b_sft_config"  # MB recipes/llama/h100/llama3.py:1550
 
 
+# Rules about variables set through ``cfg.env_vars``: the field (applied with ``os.environ.setdefault``
+# in ``ConfigContainer.validate``) is new in Megatron Bridge 0.6.
+ENV_VARS_SINCE = "0.6.0"
+ENV_VARS_NOTE = ("`ConfigContainer.env_vars` (applied with `os.environ.setdefault` in `validate()`) appeared in "
+                 "Megatron Bridge 0.6. Before, the job's environment comes from the launcher alone, which a static "
+                 "check cannot see, and assigning `cfg.env_vars` is an unknown field (MBM601).")
+
+
 def py(body: str, *, base: str = PRETRAIN, gpus: int = 8, task: str = "pretrain", imports: str = "") -> str:
     """A user recipe in the Megatron Bridge style: start from a library recipe, apply a delta.
 

@@ -8,6 +8,8 @@ from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef
 from mbmem_lint.resolve.resolved import is_known
 
 from ._common import (
+    ENV_VARS_NOTE,
+    ENV_VARS_SINCE,
     alloc_conf,
     closest,
     cuda_graph_impl,
@@ -48,18 +50,33 @@ MBM301 = Rule(
     fields=(IMPL, SCOPE),
     rationale="Bridge's CUDA-graph guard rejects per-layer 'local' graphs in validate(); scoped capture goes through TE.",
     sources=(SourceRef("megatron/bridge/utils/cuda_graph.py:141-153", "raise", "supports model.cuda_graph_impl=\"local\" only for full-iteration CUDA graphs"),),
+    bridge_since="0.6.0",
+    bridge_note=("`validate_cuda_graph_configuration` (utils/cuda_graph.py) appeared in Megatron Bridge 0.6; before, "
+                 "`cuda_graph_impl='local'` with per-module scopes builds MCore's CudaGraphManager."),
     check=_local_not_full,
-    valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.env_vars["NCCL_GRAPH_REGISTER"] = 0')),),
+    valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.env_vars["NCCL_GRAPH_REGISTER"] = 0')),
+           Example(py('cfg.model.cuda_graph_impl = "local"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True'),
+                   settings={"megatron-bridge-version": "0.5.1"}, note="Megatron Bridge 0.5: MCore's CudaGraphManager")),
     invalid=(Example(py('cfg.model.cuda_graph_impl = "local"  # <-\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True')),),
     fix_applicability="unsafe", fix_description="Switch to cuda_graph_impl='transformer_engine'.",
     fix_safety="Today the run stops before training (Bridge's CUDA-graph guard raises); after the fix it trains: a different run, even where it is the one the recipe meant. Transformer Engine graphs capture differently from local ones.",
 )
 
 
+def _full_iteration_impl() -> str:
+    """The ``cuda_graph_impl`` of a full-iteration graph: ``"full_iteration"`` from MCore 0.18 (Bridge 0.5);
+    MCore 0.17 (Bridge 0.4) has no such value and captures the iteration with ``"local"`` plus
+    ``cuda_graph_scope=["full_iteration"]``."""
+    from mbmem_lint.resolve.versions import active
+
+    return "full_iteration" if active().at_least("0.5.0") else "local"
+
+
 def _scope_dropped(ctx: RuleContext) -> Iterator[Finding]:
     if ctx.as_str(IMPL) == "none" and "full_iteration" in _scope_list(ctx) and not ctx.is_true("model.enable_cuda_graph"):
+        impl = _full_iteration_impl()
         yield Finding("cuda_graph_scope='full_iteration' with cuda_graph_impl='none' is cleared by Bridge: no CUDA graph is captured",
-                      [SCOPE, IMPL], fix=fix_set(ctx, IMPL, '"full_iteration"', "set cuda_graph_impl='full_iteration'", "unsafe"))
+                      [SCOPE, IMPL], fix=fix_set(ctx, IMPL, f'"{impl}"', f"set cuda_graph_impl={impl!r}", "unsafe"))
 
 
 MBM302 = Rule(
@@ -71,8 +88,11 @@ MBM302 = Rule(
     sources=(SourceRef("megatron/bridge/utils/cuda_graph.py:134-139", "silent-rewrite", "modules and scope cleared when cuda_graph_impl='none'"),),
     check=_scope_dropped,
     valid=(Example(py('cfg.model.cuda_graph_impl = "full_iteration"\ncfg.model.cuda_graph_scope = []\ncfg.rng.te_rng_tracker = True\ncfg.rerun_state_machine.check_for_nan_in_loss = False')),),
-    invalid=(Example(py('cfg.model.cuda_graph_scope = ["full_iteration"]  # <-')),),
-    fix_applicability="unsafe", fix_description="Set cuda_graph_impl='full_iteration'.",
+    invalid=(Example(py('cfg.model.cuda_graph_scope = ["full_iteration"]  # <-')),
+             Example(py('cfg.model.cuda_graph_scope = ["full_iteration"]  # <-'),
+                     settings={"megatron-bridge-version": "0.4.2"}, note="Megatron Bridge 0.4: the fix sets 'local'")),
+    fix_applicability="unsafe", fix_description="Set cuda_graph_impl='full_iteration' ('local' on Megatron Bridge 0.4, "
+                                                 "whose MCore 0.17 has no 'full_iteration' implementation).",
     fix_safety='Bridge clears the legacy scope today, so the run captures no CUDA graph; the fix turns full-iteration graphs on.',
 )
 
@@ -129,6 +149,8 @@ def _graph_recompute(ctx: RuleContext) -> Iterator[Finding]:
     impl = cuda_graph_impl(ctx)
     if impl not in ("local", "transformer_engine"):
         return
+    if impl == "local" and "full_iteration" in _scope_list(ctx):
+        return  # a full-iteration graph: MCore 0.17's form (Bridge 0.4), migrated to impl 'full_iteration' from 0.18
     if ctx.value_is("model.recompute_granularity", "full"):
         yield Finding(f"full recompute is only supported with full-iteration CUDA graphs, not cuda_graph_impl={impl!r}",
                       ctx.recent(["model.recompute_granularity", IMPL]))
@@ -154,7 +176,11 @@ MBM305 = Rule(
         SourceRef("megatron/core/transformer/transformer_config.py:2484-2519", "assert", "moe/moe_router/moe_preprocess module rules"),
     ),
     check=_graph_recompute,
-    valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.model.recompute_granularity = "selective"')),),
+    valid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.model.recompute_granularity = "selective"')),
+           Example(py('cfg.model.cuda_graph_impl = "local"\ncfg.model.cuda_graph_scope = ["full_iteration"]\ncfg.rng.te_rng_tracker = True\n'
+                      'cfg.rerun_state_machine.check_for_nan_in_loss = False\ncfg.model.recompute_granularity = "full"\n'
+                      'cfg.model.recompute_method = "uniform"\ncfg.model.recompute_num_layers = 1'),
+                   settings={"megatron-bridge-version": "0.4.2"}, note="a full-iteration graph in MCore 0.17's form")),
     invalid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.model.recompute_granularity = "full"  # <-\ncfg.model.recompute_method = "uniform"\ncfg.model.recompute_num_layers = 1')),),
 )
 
@@ -197,7 +223,8 @@ MBM306 = Rule(
     invalid=(Example(py('cfg.model.cuda_graph_impl = "transformer_engine"  # <-\ncfg.model.cuda_graph_scope = ["attn"]\ncfg.rng.te_rng_tracker = True\ncfg.env_vars = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}')),),
     fix_applicability="unsafe", fix_description="Add NCCL_GRAPH_REGISTER=0 (an int) to cfg.env_vars.",
     fix_safety='With Transformer Engine graphs the run stops at the start of training today (MCore asserts); the fix also changes how NCCL registers memory for every CUDA-graph implementation.',
-    references=('Megatron-LM issue #5474 (the guard failing in CI) and PR #5451 (removed from the local CudaGraphManager; the TE helper keeps it)', 'Megatron Bridge PR #2971 (Llama3 70B SFT OOM fix: expandable_segments:True together with NCCL_GRAPH_REGISTER=0)',)
+    references=('Megatron-LM issue #5474 (the guard failing in CI) and PR #5451 (removed from the local CudaGraphManager; the TE helper keeps it)', 'Megatron Bridge PR #2971 (Llama3 70B SFT OOM fix: expandable_segments:True together with NCCL_GRAPH_REGISTER=0)',),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -229,7 +256,8 @@ MBM307 = Rule(
     valid=(Example(py('cfg.ddp.nccl_ub = True\ncfg.env_vars = {"NCCL_NVLS_ENABLE": 1}')),),
     invalid=(Example(py('cfg.ddp.nccl_ub = True  # <-\ncfg.env_vars = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}')),),
     versions="raises on torch < 2.11.0a0 (setting torch-version); info on newer torch",
-    references=('Megatron-LM MR !3599 (the ValueError) and PR #4492 (limited to torch < 2.11)', 'PyTorch PR #148374 (torch.cuda.MemPool does not support expandable segments)',)
+    references=('Megatron-LM MR !3599 (the ValueError) and PR #4492 (limited to torch < 2.11)', 'PyTorch PR #148374 (torch.cuda.MemPool does not support expandable segments)',),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -248,6 +276,7 @@ MBM308 = Rule(
     check=_nvls,
     valid=(Example(py('cfg.ddp.nccl_ub = False\ncfg.env_vars = {"NCCL_NVLS_ENABLE": 0}')),),
     invalid=(Example(py('cfg.env_vars = {"NCCL_NVLS_ENABLE": 0}\ncfg.ddp.nccl_ub = True  # <-')),),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -272,6 +301,7 @@ MBM309 = Rule(
     invalid=(Example(py('cfg.env_vars["NCCL_GRAPH_REGISTER"] = False  # <-')),),
     fix_applicability="unsafe", fix_description="Replace True/False by 1/0.",
     fix_safety="The process sees '1'/'0' instead of 'True'/'False': readers that compare exact strings or parse integers behave differently.",
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -310,7 +340,8 @@ MBM310 = Rule(
     invalid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:true"  # <-')),),
     fix_applicability="unsafe", fix_description="Capitalise the boolean.",
     fix_safety="Today the run stops before training (PyTorch's allocator raises at the first CUDA allocation); after the fix it trains: a different run, even where it is the one the recipe meant. The option then takes effect.",
-    references=("PyTorch CUDA notes, 'Optimizing memory usage with PYTORCH_ALLOC_CONF'; c10/core/AllocatorConfig.cpp (booleans are True or False)", 'pytorch/torchtitan issue #3306',)
+    references=("PyTorch CUDA notes, 'Optimizing memory usage with PYTORCH_ALLOC_CONF'; c10/core/AllocatorConfig.cpp (booleans are True or False)", 'pytorch/torchtitan issue #3306',),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -344,7 +375,8 @@ MBM311 = Rule(
     valid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"')),),
     invalid=(Example(py('cfg.env_vars["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"  # <-')),),
     versions="torch 2.9.1 ignores PYTORCH_ALLOC_CONF for CUDA; fixed in 2.11",
-    references=('PyTorch issue #183387 (PYTORCH_ALLOC_CONF=expandable_segments:True ignored for CUDA in torch 2.9.1, fixed in 2.11)', 'PyTorch CUDA notes: PYTORCH_CUDA_ALLOC_CONF is the deprecated alias of PYTORCH_ALLOC_CONF',)
+    references=('PyTorch issue #183387 (PYTORCH_ALLOC_CONF=expandable_segments:True ignored for CUDA in torch 2.9.1, fixed in 2.11)', 'PyTorch CUDA notes: PYTORCH_CUDA_ALLOC_CONF is the deprecated alias of PYTORCH_ALLOC_CONF',),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -374,7 +406,8 @@ MBM312 = Rule(
     check=_ignored_opts,
     valid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"')),),
     invalid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True,max_split_size_mb:512"  # <-')),),
-    references=('PyTorch issue #119452 and PR #134338 (max_split_size_mb with expandable segments)', 'PyTorch CUDA notes: backend:cudaMallocAsync ignores max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold',)
+    references=('PyTorch issue #119452 and PR #134338 (max_split_size_mb with expandable segments)', 'PyTorch CUDA notes: backend:cudaMallocAsync ignores max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold',),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -397,7 +430,8 @@ MBM313 = Rule(
     check=_unknown_opt,
     valid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True,graph_capture_record_stream_reuse:True"')),),
     invalid=(Example(py('cfg.env_vars["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segment:True"  # <-')),),
-    references=("PyTorch CUDA notes, 'Optimizing memory usage with PYTORCH_ALLOC_CONF' (the options); c10/core/AllocatorConfig.cpp",)
+    references=("PyTorch CUDA notes, 'Optimizing memory usage with PYTORCH_ALLOC_CONF' (the options); c10/core/AllocatorConfig.cpp",),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -430,7 +464,8 @@ MBM314 = Rule(
     invalid=(Example(py('cfg.env_vars = {"TORCH_NCCL_AVOID_RECORD_STREAMS": 1}  # <-')),),
     fix_applicability="unsafe", fix_description="Add PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and NCCL_GRAPH_REGISTER=0 with CUDA graphs).",
     fix_safety='Expandable segments change how the CUDA caching allocator maps memory (fragmentation, peak reserved memory).',
-    references=('Megatron Bridge PRs #2971, #3107, #3706, #3767, #3780: fragmentation OOMs fixed by expandable_segments:True (Llama3 70B SFT on 32x H100: no throughput change, where TP8 cost 28.4%)',)
+    references=('Megatron Bridge PRs #2971, #3107, #3706, #3767, #3780: fragmentation OOMs fixed by expandable_segments:True (Llama3 70B SFT on 32x H100: no throughput change, where TP8 cost 28.4%)',),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 
@@ -454,6 +489,7 @@ MBM315 = Rule(
     check=_dropped_common,
     valid=(Example(py('cfg.env_vars = {**COMMON_RECIPE_ENV_VARS, "CUDA_DEVICE_MAX_CONNECTIONS": 32}', imports=ES_IMPORT)),),
     invalid=(Example(py('cfg.env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": 32}  # <-')),),
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 RULES = [MBM301, MBM302, MBM303, MBM304, MBM305, MBM306, MBM307, MBM308, MBM309, MBM310, MBM311, MBM312,

@@ -236,7 +236,8 @@ def _vpp_without_pp(ctx: RuleContext) -> Iterator[Finding]:
         )
         return
     cls = ctx.section_class("model") or ""
-    if cls.endswith(("HybridModelProvider", "T5ModelProvider")):
+    # MambaModelProvider: the Hybrid provider's name before Megatron Bridge 0.6 (models/mamba), same assert.
+    if cls.endswith(("HybridModelProvider", "MambaModelProvider", "T5ModelProvider")):
         yield Finding(f"virtual pipeline parallelism is not supported by {cls.rsplit('.', 1)[-1]}", [VPP],
                       fix=fix_set(ctx, VPP, "None", "set virtual_pipeline_model_parallel_size to None"))
 

@@ -10,6 +10,8 @@ from mbmem_lint.resolve.resolved import is_known
 from ._common import PEFT, cuda_graph_impl, fix_set, peft_class, py
 
 REGATHER = "peft.sequence_parallel_input_regather"
+REGATHER_NOTE = ("`LoRA.sequence_parallel_input_regather` appeared in Megatron Bridge 0.6; on older releases the "
+                 "adapter always keeps the gathered input and the keyword is an unknown field (MBM601).")
 LORA_IMPORT = "from megatron.bridge.peft.lora import LoRA"
 DORA_IMPORT = "from megatron.bridge.peft.dora import DoRA"
 _DEFAULT_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
@@ -90,12 +92,16 @@ MBM501 = Rule(
              SourceRef("megatron/bridge/peft/lora.py:101-115", "cost", "sequence_parallel_input_regather defaults to False")),
     check=_suggest_regather,
     valid=(Example(py("cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.peft = LoRA(dim=8, alpha=16, sequence_parallel_input_regather=True)",
-                      base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),),
+                      base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),
+           Example(py("cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.peft = LoRA(dim=8, alpha=16)",
+                      base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT),
+                   settings={"megatron-bridge-version": "0.5.1"}, note="Megatron Bridge 0.5 has no input re-gather")),
     invalid=(Example(py("cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.peft = LoRA(dim=8, alpha=16)  # <-",
                         base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),),
     fix_applicability="unsafe", fix_description="Add sequence_parallel_input_regather=True to the LoRA config.",
     fix_safety='Numerics are unchanged, but the run keeps a smaller activation and re-gathers it in backward: different memory and communication.',
-    references=('Megatron Bridge PR #4581 (adds sequence_parallel_input_regather; on H100: Qwen3-8B TP2 47.5 -> 42.8 GB at -6.7% throughput, Qwen3-30B-A3B -1.6 GB, GPT-OSS-120B -0.8 GB)',)
+    references=('Megatron Bridge PR #4581 (adds sequence_parallel_input_regather; on H100: Qwen3-8B TP2 47.5 -> 42.8 GB at -6.7% throughput, Qwen3-30B-A3B -1.6 GB, GPT-OSS-120B -0.8 GB)',),
+    bridge_since="0.6.0", bridge_note=REGATHER_NOTE,
 )
 
 
@@ -120,7 +126,8 @@ MBM502 = Rule(
     valid=(Example(py("cfg.model.tensor_model_parallel_size = 2\ncfg.model.sequence_parallel = True\ncfg.peft = LoRA(dim=8, sequence_parallel_input_regather=True)",
                       base=PEFT, task="peft", gpus=2, imports=LORA_IMPORT)),),
     invalid=(Example(py("cfg.peft = LoRA(dim=8, sequence_parallel_input_regather=True)  # <-", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),),
-    references=('Megatron Bridge PR #4581 (the re-gather and its eligibility gates)',)
+    references=('Megatron Bridge PR #4581 (the re-gather and its eligibility gates)',),
+    bridge_since="0.6.0", bridge_note=REGATHER_NOTE,
 )
 
 
@@ -144,6 +151,7 @@ MBM503 = Rule(
     check=_unsupported_peft,
     valid=(Example(py("cfg.peft = DoRA(dim=8)", base=PEFT, task="peft", gpus=1, imports=DORA_IMPORT)),),
     invalid=(Example(py("cfg.peft = DoRA(dim=8, sequence_parallel_input_regather=True)  # <-", base=PEFT, task="peft", gpus=1, imports=DORA_IMPORT)),),
+    bridge_since="0.6.0", bridge_note=REGATHER_NOTE,
 )
 
 
@@ -240,6 +248,7 @@ MBM506 = Rule(
     check=_normalize_moe,
     valid=(Example(py("cfg.peft = LoRA(dim=8)", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),),
     invalid=(Example(py("cfg.model.moe_router_topk = 3\ncfg.peft = LoRA(dim=8, normalize_moe_lora=True)  # <-", base=PEFT, task="peft", gpus=1, imports=LORA_IMPORT)),),
+    bridge_since="0.5.0", bridge_note=("`LoRA.normalize_moe_lora` appeared in Megatron Bridge 0.5; on 0.4 the keyword is an unknown field (MBM601)."),
 )
 
 RULES = [MBM501, MBM502, MBM503, MBM504, MBM505, MBM506]

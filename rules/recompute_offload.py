@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef
 
-from ._common import cuda_graph_impl, fix_env, fix_set, fix_set_many, py
+from ._common import ENV_VARS_NOTE, ENV_VARS_SINCE, cuda_graph_impl, fix_env, fix_set, fix_set_many, py
 
 GRAN = "model.recompute_granularity"
 METHOD = "model.recompute_method"
@@ -233,6 +233,7 @@ MBM208 = Rule(
     versions="Transformer Engine ≥ 2.10 (assumed; the TE version is not configurable)",
     fix_applicability="unsafe", fix_description="Add NVTE_CPU_OFFLOAD_V1=1 to cfg.env_vars.",
     fix_safety="Today the run stops before training (Bridge raises without NVTE_CPU_OFFLOAD_V1=1); after the fix it trains: a different run, even where it is the one the recipe meant. The variable also selects Transformer Engine's offload implementation.",
+    bridge_since=ENV_VARS_SINCE, bridge_note=ENV_VARS_NOTE,
 )
 
 

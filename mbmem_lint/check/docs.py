@@ -40,6 +40,9 @@ def rendered_docs() -> dict[str, str]:
     index += ["`MBM001` rule-crashed (tool diagnostic): a rule raised on a file; the run continues.", "",
               "`MBM008` override-file-unpaired (tool diagnostic, info): a YAML override file that names no recipe "
               "is checked on its own values; the checks that need the recipe run once it is paired.", ""]
+    index += ["Rules apply to every shipped Megatron Bridge release (0.4.2, 0.5.1, 0.6.2); a rule whose premise "
+              "appeared later says so under \"Version applicability\" on its page and does not run against older "
+              "data (`--megatron-bridge-version`).", ""]
     pages["README.md"] = HEADER + "\n".join(index)
     return pages
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from mbmem_lint.check.registry import all_rules
-from mbmem_lint.check.rule import Finding, Rule, RuleContext
+from mbmem_lint.check.rule import Finding, Rule, RuleContext, applies_to_bridge
 from mbmem_lint.diagnostics import APPLICABILITY_RANK, SEVERITY_RANK, Diagnostic, Location, Severity
 from mbmem_lint.parse.override_types import OverrideFile
 from mbmem_lint.records import dataclass, field
@@ -183,10 +183,12 @@ def run_checks(recipes: list[ResolvedRecipe], overrides: list[OverrideFile], set
     """Run every selected rule over ``recipes`` (and override-file rules over ``overrides``).
 
     Returns sorted diagnostics after de-duplication, suppression comments, ``select``/``ignore``,
-    ``per-file-ignores`` and ``[severity]`` overrides. Tool diagnostics (parse errors, MBM0xx other
+    ``per-file-ignores`` and ``[severity]`` overrides. A rule whose ``bridge_since`` is newer than the
+    Megatron Bridge in use does not run. Tool diagnostics (parse errors, MBM0xx other
     than MBM001) are the pipeline's: they are not produced here.
     """
-    selected = [r for r in (rules if rules is not None else all_rules()) if rule_selected(r, settings)]
+    selected = [r for r in (rules if rules is not None else all_rules())
+                if rule_selected(r, settings) and applies_to_bridge(r)]
     raw = _dedupe(run_rules(selected, recipes, overrides, settings, sources))
     sup = _SuppressionCache(sources)
     out: list[Diagnostic] = []

@@ -106,8 +106,13 @@ def rule_doc_markdown(rule: Rule) -> str:
     for s in rule.sources:
         lines += [f"- `{s.ref}` — **{s.behaviour}**: {s.what}"]
     lines += [""]
-    if rule.versions:
-        lines += ["## Version applicability", "", rule.versions, ""]
+    if rule.versions or rule.bridge_since:
+        lines += ["## Version applicability", ""]
+        if rule.bridge_since:
+            lines += [f"Applies to Megatron Bridge {rule.bridge_since} and later: {rule.bridge_note} "
+                      "Against an older release (`--megatron-bridge-version`) the rule does not run.", ""]
+        if rule.versions:
+            lines += [rule.versions, ""]
     lines += ["## Configuration", ""]
     lines += [f"Config fields: {', '.join(f'`{f}`' for f in rule.fields)}", ""]
     lines += [
@@ -161,6 +166,7 @@ def rule_json(rule: Rule) -> dict[str, object]:
         "fields": list(rule.fields),
         "source": [{"ref": s.ref, "behaviour": s.behaviour, "what": s.what} for s in rule.sources],
         "versions": rule.versions or None,
+        "megatron_bridge_since": rule.bridge_since or None,
     }
 
 

@@ -219,7 +219,11 @@ class RuleContext:
     def env(self, name: str) -> Any:
         """``cfg.env_vars[name]`` as the recipe declares it: the raw Python value, None when the
         recipe does not set it, UNKNOWN when that cannot be known. (The launcher's environment
-        wins over ``cfg.env_vars``; rules say so in their notes.)"""
+        wins over ``cfg.env_vars``; rules say so in their notes.) UNKNOWN for every name when the
+        Megatron Bridge in use has no ``ConfigContainer.env_vars`` (before 0.6): the process
+        environment then comes from the launcher alone."""
+        if not _env_vars_field():
+            return UNKNOWN
         key = f"env_vars.{name}"
         if key in self.r.fields:
             return self.pre(key)  # before runtime rewrites (e.g. nccl_ub forcing NCCL_NVLS_ENABLE=1)
@@ -256,7 +260,10 @@ class RuleContext:
         return self.pre_anchor("env_vars")
 
     def env_known(self) -> bool:
-        """False when ``cfg.env_vars`` as a whole cannot be known (e.g. ``{**unknown()}``)."""
+        """False when ``cfg.env_vars`` as a whole cannot be known (e.g. ``{**unknown()}``), or when the
+        Megatron Bridge in use has no such field."""
+        if not _env_vars_field():
+            return False
         if "env_vars" in self.r.fields:
             v = self.r.get("env_vars")
             return is_known(v) or isinstance(v, dict)
@@ -349,18 +356,38 @@ class RuleContext:
         return Fix(description, applicability, saving_bytes=saving_bytes, build=build)
 
 
-_SCHEMA: list[Any] = []
-
-
 def _load_schema() -> Any:
-    if not _SCHEMA:
-        try:
-            from mbmem_lint.resolve.schema import Schema
+    """The schema of the Megatron Bridge data in use (None without shipped data: no defaults)."""
+    try:
+        from mbmem_lint.resolve.schema import Schema
 
-            _SCHEMA.append(Schema.load())
-        except Exception:  # no shipped schema: no defaults
-            _SCHEMA.append(None)
-    return _SCHEMA[0]
+        return Schema.load()
+    except Exception:
+        return None
+
+
+_ENV_FIELD: dict[int, bool] = {}  # id(schema) → ConfigContainer has env_vars
+
+
+def _env_vars_field() -> bool:
+    """The Megatron Bridge in use applies ``cfg.env_vars`` (a ConfigContainer field since 0.6)."""
+    schema = _load_schema()
+    hit = _ENV_FIELD.get(id(schema))
+    if hit is None:
+        from mbmem_lint.resolve.schema import CONFIG_CONTAINER
+
+        container = schema.get(CONFIG_CONTAINER) if schema is not None else None
+        hit = _ENV_FIELD[id(schema)] = container is None or "env_vars" in container.fields
+    return hit
+
+
+def applies_to_bridge(rule: Rule) -> bool:
+    """The rule describes the Megatron Bridge in use (its ``bridge_since`` or newer)."""
+    if not rule.bridge_since:
+        return True
+    from mbmem_lint.resolve.versions import active
+
+    return active().at_least(rule.bridge_since)
 
 
 def _schema_default(recipe: ResolvedRecipe, path: str) -> Any:
@@ -419,6 +446,10 @@ class Rule:
     fix_description: str = ""
     fix_safety: str = ""  # why the fix is in its class (the docs' "Fix safety" section)
     versions: str = ""  # version applicability (torch / megatron-core), empty when none
+    # The first Megatron Bridge release whose behaviour the rule describes ("0.6.0"; empty: every
+    # shipped release). Against older data the rule does not run; ``bridge_note`` says why.
+    bridge_since: str = ""
+    bridge_note: str = ""
     scope: Literal["recipe", "overrides"] = "recipe"
     references: tuple[str, ...] = ()  # public issues, PRs and measurements behind the rule
 

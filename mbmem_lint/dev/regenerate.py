@@ -76,7 +76,8 @@ def _models(corpus: Path, parts: dict[str, Any]) -> bytes:
 
 # File name → (generator of one release's section, names of the newest release's entries that make
 # the file's zlib dictionary or None). Generators run in this order; a later one may read what an
-# earlier one left in ``parts``.
+# earlier one left in ``parts``. A section whose meta has a ``generator`` (the versions it was built
+# from) gets it as its label in the file's top header (read when choosing a release).
 VERSIONED: dict[str, tuple[Callable[[Path, dict[str, Any]], Part],
                            Callable[[Mapping[str, Any]], list[str]] | None]] = {
     "schema.pack": (_schema_part, None),
@@ -110,7 +111,9 @@ def pack_file(packs: dict[str, Part], sample: Callable[[Mapping[str, Any]], list
     if sample is not None and packs:
         newest = max(packs, key=parse_version)
         dictionary = (newest, sample(packs[newest][1]))
-    return dump_multi_pack(packs, dictionary=dictionary)
+    labels = {v: meta["generator"] for v, (meta, _e) in packs.items()
+              if isinstance(meta, dict) and isinstance(meta.get("generator"), dict)}
+    return dump_multi_pack(packs, dictionary=dictionary, labels=labels)
 
 
 def _stored_parts(path: Path) -> dict[str, Part]:

@@ -14,7 +14,9 @@ Sources (megatron-bridge 0.6.2):
    ``overlap_param_gather`` OR-sync (``training/config.py:1945``), NullTokenizer vocabulary
    (``training/setup.py:681``).
 
-Every rewritten value records origin ``runtime`` and the reason.
+Every rewritten value records origin ``runtime`` and the reason. Megatron Bridge 0.4 and 0.5 apply the
+same steps 3-5 (their ``training/config.py`` and ``setup.py``); steps 1-2 act on fields that are new in
+0.6 (``env_vars``, ``dataset.seq_length``) and so do nothing against older data.
 """
 
 from __future__ import annotations

@@ -36,9 +36,10 @@ SCHEMA_FILE = "schema.pack"
 LIBRARY_FILE = "library.pack"
 DISTRIBUTION = "megatron-bridge"
 
-_VERSION_RE = re.compile(
+_VERSION_RE_TEXT = (
     r"^\s*v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview|dev)[-_.]?(\d*))?"
-    r"(?:[-_.]?(post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+[a-z0-9.]+)?\s*$", re.I)
+    r"(?:[-_.]?(post|rev|r)[-_.]?(\d*))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+[a-z0-9.]+)?\s*$")
+_VERSION_RE: list[re.Pattern[str]] = []  # compiled on the first version that is not plain numbers
 
 
 class VersionError(ValueError):
@@ -49,7 +50,13 @@ def parse_version(text: str) -> tuple[Any, ...]:
     """A sort key for a PEP 440 version: release numbers, then pre-releases and dev builds before the
     release and post-releases after it (``0.7.0.dev0 < 0.7.0rc1 < 0.7.0 < 0.7.0.post1``). Local labels
     (``+nv25.09``) compare equal to their release. ``VersionError`` when it is not a version."""
-    m = _VERSION_RE.match(text)
+    parts = text.split(".")
+    if all(p.isdigit() and p.isascii() for p in parts):  # the common case: 0.6.2
+        plain = tuple(int(p) for p in parts)
+        return (plain + (0,) * (3 - len(plain)), (0, 0, 0), 0, 0, 0)
+    if not _VERSION_RE:
+        _VERSION_RE.append(re.compile(_VERSION_RE_TEXT, re.I))
+    m = _VERSION_RE[0].match(text)
     if m is None:
         raise VersionError(f"{text!r} is not a version (expected e.g. 0.6.2)")
     release = tuple(int(x) for x in m.group(1).split("."))
@@ -154,14 +161,19 @@ _SHIPPED_CACHE: list[tuple[str, dict[str, Any]]] = []
 def _shipped_meta() -> dict[str, dict[str, Any]]:
     """Shipped version → its schema generator versions (read once from the pack headers)."""
     if not _SHIPPED_CACHE:
-        from mbmem_lint.data_pack import open_pack, pack_versions
+        from mbmem_lint.data_pack import PackError, pack_labels
 
         path = data_file(SCHEMA_FILE)
         if not path.is_file():
             return {}
-        raw = path.read_bytes()
-        for v in pack_versions(raw):
-            _SHIPPED_CACHE.append((v, dict(open_pack(raw, v).meta.get("generator", {}))))
+        with open(path, "rb") as fh:  # the top header is in the first few hundred bytes
+            head = fh.read(4096)
+        try:
+            labels = pack_labels(head)
+        except PackError:  # a longer top header (or a damaged file: then the whole file says so)
+            labels = pack_labels(path.read_bytes())
+        for v, label in labels.items():
+            _SHIPPED_CACHE.append((v, dict(label or {})))
     return dict(_SHIPPED_CACHE)
 
 
