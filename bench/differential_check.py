@@ -1,6 +1,7 @@
 """Differential check: mbmem-lint's resolver against megatron-bridge 0.6.2 building the recipes for real.
 
-Not part of CI (issue 2, last acceptance bullet). Needs the Python 3.12 venv with megatron-bridge
+Not part of CI (issue 2, last acceptance bullet; `mbmem-lint verify` is the per-file command over the
+same doubles and comparison, mbmem_lint/verify/). Needs the Python 3.12 venv with megatron-bridge
 0.6.2 + megatron-core 0.19.2 + torch in ``.cache/diffcheck-venv`` (install steps in
 docs/differential-check.md; ``--venv`` to point elsewhere). Run from this repo's own venv:
 
@@ -22,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -39,14 +38,12 @@ sys.path.insert(0, str(REPO))
 from mbmem_lint.dev.corpus import ensure_corpus, recipe_files  # noqa: E402
 from mbmem_lint.pipeline import resolve_paths  # noqa: E402
 from mbmem_lint.resolve.hf_models import load_model_table  # noqa: E402
-from mbmem_lint.resolve.resolved import is_known  # noqa: E402
 from mbmem_lint.resolve.resolver import ResolveOptions  # noqa: E402
 from mbmem_lint.settings import Settings  # noqa: E402
+from mbmem_lint.verify.compare import CLASSES, classify, norm, static_value  # noqa: E402
 
 DEFAULT_VENV = REPO / ".cache" / "diffcheck-venv"
 HARNESS = REPO / "bench" / "diffcheck" / "build_real.py"
-CLASSES = ("agree", "disagree", "unknown", "missing", "opaque")
-_DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
 
 
 def run_real(venv: Path, family: str | None, limit: int | None, out: Path) -> dict[str, Any]:
@@ -68,47 +65,6 @@ def run_real(venv: Path, family: str | None, limit: int | None, out: Path) -> di
         raise SystemExit(f"harness failed (rc {proc.returncode})")
     sys.stderr.write(proc.stderr.splitlines()[-1] + "\n" if proc.stderr else "")
     return json.loads(out.read_text())
-
-
-def _norm(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return [_norm(x) for x in v]
-    if isinstance(v, list):
-        return [_norm(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _norm(x) for k, x in v.items()}
-    return v
-
-
-def same(real: Any, mine: Any) -> bool:
-    """Equal as JSON values (bool is not int; int and float compare numerically)."""
-    if isinstance(real, bool) or isinstance(mine, bool):
-        return type(real) is type(mine) and real == mine
-    if isinstance(real, (int, float)) and isinstance(mine, (int, float)):
-        return math.isclose(real, mine, rel_tol=1e-9, abs_tol=0.0) or real == mine
-    if isinstance(real, list) and isinstance(mine, list):
-        return len(real) == len(mine) and all(same(a, b) for a, b in zip(real, mine))
-    if isinstance(real, dict) and isinstance(mine, dict):
-        if "_name_" in mine and "_name_" not in real:  # mbmem-lint also names a module-level preset object
-            mine = {k: v for k, v in mine.items() if k != "_name_"}
-        if set(real) != set(mine):
-            return False
-        return all(same(real[k], mine[k]) for k in real)
-    return real == mine
-
-
-def same_name(real: Any, mine: Any) -> bool:
-    """Dotted names that differ only in qualification (``signal.Signals.SIGTERM`` vs ``signal.SIGTERM``,
-    ``megatron...gpt_provider.default_layer_spec`` vs ``default_layer_spec``): same final component."""
-    if isinstance(real, str) and isinstance(mine, str):
-        a, b = real.strip("<>"), mine
-        if (_DOTTED.match(a) or "." not in a) and (_DOTTED.match(b) or "." not in b) and ("." in a or "." in b):
-            return a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1]
-    return False
-
-
-def is_opaque(v: Any) -> bool:
-    return isinstance(v, str) and v.startswith("<opaque")
 
 
 def section_of(path: str) -> str:
@@ -139,26 +95,16 @@ def compare(real: dict[str, Any], resolved: dict[tuple[str, str], Any]) -> dict[
                 extra_real[path.split(".", 1)[0] + "." + path.split(".")[-1]] += 1
             if path == "env_vars":
                 continue
-            if is_opaque(rv):
-                cls = "opaque"
-            elif path not in r.fields:
-                cls = "missing"
-            else:
-                mv = r.pre_runtime[path] if path in r.pre_runtime else r.fields[path].value
-                if not is_known(mv):
-                    cls = "unknown"
-                    note = r.fields[path].note or getattr(mv, "reason", "") or "partly unknown"
-                    unknown_reasons[path][str(note)[:80]] += 1
-                elif same(_norm(rv), _norm(mv)):
-                    cls = "agree"
-                elif same_name(rv, mv):
-                    cls = "agree"
-                    name_normalised[path] += 1
-                else:
-                    cls = "disagree"
-                    if len(examples[path]) < 6:
-                        examples[path].append({"recipe": key, "real": rv, "mbmem": _norm(mv),
-                                               "origin": r.fields[path].origin})
+            cls, mv, by_name = classify(path, rv, r)
+            if cls == "unknown":
+                uv = static_value(r, path)
+                note = r.fields[path].note or getattr(uv, "reason", "") or "partly unknown"
+                unknown_reasons[path][str(note)[:80]] += 1
+            elif by_name:
+                name_normalised[path] += 1
+            elif cls == "disagree" and len(examples[path]) < 6:
+                examples[path].append({"recipe": key, "real": rv, "mbmem": norm(mv),
+                                       "origin": r.fields[path].origin})
             totals[cls] += 1
             per_origin[r.fields[path].origin if path in r.fields else "-"][cls] += 1
             per_section[section_of(path)][cls] += 1

@@ -1,10 +1,11 @@
-"""Resolver coverage on the megatron-bridge 0.6.2 corpus (issue 2 acceptance).
+"""Resolver coverage on a shipped megatron-bridge release's corpus (issue 2, issue 18 acceptance).
 
-Resolves every recipe function in ``recipes/`` and ``perf_recipes/`` (the wheel is downloaded by
-``mbmem_lint.dev.corpus.ensure_corpus``; set MBMEM_CORPUS_DIR to reuse an unpacked copy) and prints,
-for each key field, the share of recipe functions whose value is statically known, plus wall time.
+Resolves every recipe function in ``recipes/`` and ``perf_recipes/`` of that release's wheel (downloaded
+by ``mbmem_lint.dev.corpus.ensure_corpus``; set MBMEM_CORPUS_DIR / MBMEM_CORPORA_DIR to reuse unpacked
+copies) against that release's data and prints, for each key field, the share of recipe functions whose
+value is statically known, the share that know all 11 layout fields, crashes, plus wall time.
 
-    python bench/resolve_coverage.py [--json]
+    python bench/resolve_coverage.py [--version 0.6.2] [--json]
 """
 
 from __future__ import annotations
@@ -14,23 +15,26 @@ import sys
 import time
 from collections import Counter
 
-from mbmem_lint.dev.corpus import KEY_FIELDS, SHAPE_KEYS, ensure_corpus, recipe_files
+from mbmem_lint.dev.corpus import DEFAULT_VERSION, KEY_FIELDS, SHAPE_KEYS, ensure_corpus, recipe_files
 from mbmem_lint.pipeline import resolve_paths
 from mbmem_lint.resolve.resolver import ResolveOptions
 from mbmem_lint.settings import Settings
 
 
 def main() -> int:
-    corpus = ensure_corpus()
+    version = sys.argv[sys.argv.index("--version") + 1] if "--version" in sys.argv else DEFAULT_VERSION
+    corpus = ensure_corpus(version=version)
     files = [str(p) for p in recipe_files(corpus)]
     t0 = time.perf_counter()
-    run = resolve_paths(files, Settings(), ResolveOptions())
+    run = resolve_paths(files, Settings(), ResolveOptions(megatron_bridge_version=version))
     wall = time.perf_counter() - t0
     n = len(run.recipes)
     known = Counter()
     all_known = 0
+    layout_known = 0
     missing_examples: dict[str, list[str]] = {}
     for r in run.recipes:
+        layout_known += all(r.known(p) for k, p in KEY_FIELDS.items() if k not in SHAPE_KEYS)
         ok = True
         for label, path in KEY_FIELDS.items():
             if r.known(path):
@@ -44,14 +48,18 @@ def main() -> int:
     if "--json" in sys.argv:
         print(json.dumps({"files": len(files), "recipes": n, "functions_seen": run.functions_seen,
                           "failed": len(run.failed), "wall_s": wall, "coverage": rows,
+                          "megatron_bridge": run.bridge.to_json() if run.bridge else None,
+                          "all_layout_fields_known": layout_known / n if n else 0.0,
                           "all_fields_known": all_known / n if n else 0.0}, indent=2))
         return 0
+    print(f"data: {run.bridge.describe() if run.bridge else '?'}")
     print(f"corpus: {len(files)} files, {run.functions_seen} recipe functions detected, "
           f"{n} resolved to a ConfigContainer, {len(run.failed)} not resolvable, crashes: {len(crashes)}")
     print(f"resolve wall time: {wall:.2f} s")
     print(f"{'field':28} {'known':>7} {'share':>7}")
     for label in KEY_FIELDS:
         print(f"{label:28} {known[label]:7d} {rows[label]:7.1%}")
+    print(f"{'all 11 layout fields':28} {layout_known:7d} {layout_known / n if n else 0:7.1%}")
     print(f"{'all 14 fields':28} {all_known:7d} {all_known / n if n else 0:7.1%}")
     for label, ex in missing_examples.items():
         print(f"  unknown {label}: {len(ex)} e.g. {ex[:3]}")

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("mbmem_lint.commands.estimate", "estimate"),
     "diagnose": ("mbmem_lint.commands.diagnose", "diagnose"),
     "plan": ("mbmem_lint.commands.plan", "plan"),
+    "verify": ("mbmem_lint.commands.verify", "verify"),
     "rules": ("mbmem_lint.commands.rules", "rules"),
     "rule": ("mbmem_lint.commands.rules", "rule"),
     "dev": ("mbmem_lint.commands.dev", "dev"),

@@ -102,7 +102,8 @@ def select_bridge_data(settings: Settings, options: ResolveOptions) -> BridgeDat
 
     data = versions.select(options.megatron_bridge_version, options.megatron_bridge_src,
                            settings.megatron_bridge_version, settings.megatron_bridge_src,
-                           settings.root, cache_root(settings) / "bridge-src")
+                           settings.root, cache_root(settings) / "bridge-src",
+                           option_source=options.megatron_bridge_source)
     versions.activate(data)
     return data
 

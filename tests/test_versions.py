@@ -333,3 +333,33 @@ def test_full_iteration_fix_follows_the_release(version: str, impl: str) -> None
     assert hits[0].fix.description == f"set cuda_graph_impl={impl!r}"
     edits = hits[0].fix.edits
     assert edits and f'"{impl}"' in "".join(e.replacement for e in edits)
+
+
+def test_core_pairing_import_resolution(tmp_path: Path) -> None:
+    """Imports resolve through definitions, submodules, re-exports and ``import *`` chains; guarded
+    imports are marked."""
+    from mbmem_lint.dev.core_pairing import CoreIndex, core_imports, unresolved
+
+    core = tmp_path / "core" / "megatron" / "core"
+    (core / "models" / "hybrid").mkdir(parents=True)
+    (core / "__init__.py").write_text("")
+    (core / "models" / "__init__.py").write_text("")
+    (core / "models" / "hybrid" / "__init__.py").write_text("")
+    (core / "models" / "hybrid" / "specs.py").write_text("stack_spec = 1\nclass Layer: ...\n")
+    (core / "models" / "mamba_specs.py").write_text("# moved\nfrom .hybrid.specs import *  # noqa\n")
+    (core / "config.py").write_text("try:\n    import te\n    HAVE_TE = True\nexcept ImportError:\n    HAVE_TE = False\n"
+                                    "def f(): ...\nX: int = 1\n")
+    bridge = tmp_path / "bridge" / "megatron" / "bridge"
+    bridge.mkdir(parents=True)
+    (bridge / "a.py").write_text(
+        "from megatron.core.models.mamba_specs import stack_spec, Layer\n"
+        "from megatron.core.config import f, X, HAVE_TE, gone\n"
+        "from megatron.core import models\n"
+        "import megatron.core.config\n"
+        "try:\n    from megatron.core.missing import thing\nexcept ImportError:\n    thing = None\n"
+        "from os import path\n")
+    imports = core_imports(tmp_path / "bridge")
+    assert len(imports) == 9 and [i.guarded for i in imports].count(True) == 1
+    miss = unresolved(imports, CoreIndex(tmp_path / "core"))
+    assert [(i.module, i.name, i.guarded) for i in miss] == [
+        ("megatron.core.config", "gone", False), ("megatron.core.missing", "thing", True)]

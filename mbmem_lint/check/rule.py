@@ -23,6 +23,7 @@ from mbmem_lint.parse.override_types import OverrideEntry, OverrideFile
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.flatten import LazyWrites
 from mbmem_lint.resolve.resolved import UNKNOWN, ResolvedRecipe, Write, is_known
+from mbmem_lint.resolve.schema import CONFIG_CONTAINER, Schema
 from mbmem_lint.settings import Settings
 from mbmem_lint.sources import SourceFile
 
@@ -359,26 +360,24 @@ class RuleContext:
 def _load_schema() -> Any:
     """The schema of the Megatron Bridge data in use (None without shipped data: no defaults)."""
     try:
-        from mbmem_lint.resolve.schema import Schema
-
         return Schema.load()
     except Exception:
         return None
 
 
-_ENV_FIELD: dict[int, bool] = {}  # id(schema) → ConfigContainer has env_vars
+_ENV_FIELD: list[Any] = [None, True]  # (schema, its ConfigContainer has env_vars)
 
 
 def _env_vars_field() -> bool:
     """The Megatron Bridge in use applies ``cfg.env_vars`` (a ConfigContainer field since 0.6)."""
     schema = _load_schema()
-    hit = _ENV_FIELD.get(id(schema))
-    if hit is None:
-        from mbmem_lint.resolve.schema import CONFIG_CONTAINER
-
+    if schema is not _ENV_FIELD[0]:
         container = schema.get(CONFIG_CONTAINER) if schema is not None else None
-        hit = _ENV_FIELD[id(schema)] = container is None or "env_vars" in container.fields
-    return hit
+        _ENV_FIELD[:] = [schema, container is None or "env_vars" in container.fields]
+    return bool(_ENV_FIELD[1])
+
+
+_APPLIES: dict[tuple[str, str], bool] = {}  # (data key, bridge_since) → applies
 
 
 def applies_to_bridge(rule: Rule) -> bool:
@@ -387,7 +386,12 @@ def applies_to_bridge(rule: Rule) -> bool:
         return True
     from mbmem_lint.resolve.versions import active
 
-    return active().at_least(rule.bridge_since)
+    data = active()
+    key = (data.cache_key, rule.bridge_since)
+    hit = _APPLIES.get(key)
+    if hit is None:
+        hit = _APPLIES[key] = data.at_least(rule.bridge_since)
+    return hit
 
 
 def _schema_default(recipe: ResolvedRecipe, path: str) -> Any:

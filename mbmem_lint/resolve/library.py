@@ -55,9 +55,13 @@ class LibrarySummary:
     def load(cls) -> LibrarySummary:
         """The summary of the active Megatron Bridge data (:func:`versions.active`), read once per data."""
         data = versions.active()
+        if data is _CURRENT[0]:
+            current: LibrarySummary = _CURRENT[1]
+            return current
         hit = _LOADED.get(data.cache_key)
         if hit is None:
             hit = _LOADED[data.cache_key] = cls._read(data)
+        _CURRENT[:] = [data, hit]
         return hit
 
     @classmethod
@@ -95,6 +99,7 @@ class LibrarySummary:
 
 
 _LOADED: dict[str, LibrarySummary] = {}
+_CURRENT: list[Any] = [None, None]  # (the BridgeData last asked for, its summary)
 
 
 def library_source_files(corpus: Path) -> list[Path]:

@@ -51,6 +51,7 @@ class ResolveOptions:
     lone_overrides: bool = False
     megatron_bridge_version: str | None = None  # --megatron-bridge-version (over the settings key)
     megatron_bridge_src: str | None = None  # --megatron-bridge-src (over the settings keys)
+    megatron_bridge_source: str = "option"  # who chose megatron_bridge_version (verify: "python")
 
 
 @dataclass

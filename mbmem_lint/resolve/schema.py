@@ -183,6 +183,7 @@ class _LazyClasses(Mapping[str, ClassSchema]):
 
 
 _LOADED: dict[str, Schema] = {}
+_CURRENT: list[Any] = [None, None]  # (the BridgeData last asked for, its Schema)
 
 
 class Schema:
@@ -206,9 +207,13 @@ class Schema:
     def load(cls) -> Schema:
         """The schema of the active Megatron Bridge data (:func:`versions.active`), read once per data."""
         data = versions.active()
+        if data is _CURRENT[0]:  # the common case, asked for in hot paths: one identity test
+            hit_current: Schema = _CURRENT[1]
+            return hit_current
         hit = _LOADED.get(data.cache_key)
         if hit is None:
             hit = _LOADED[data.cache_key] = cls(_read_packaged(data))
+        _CURRENT[:] = [data, hit]
         return hit
 
     def __contains__(self, qualname: object) -> bool:

@@ -19,6 +19,7 @@ older than all of them) and a notice saying so. The choice is process-wide state
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -46,6 +47,7 @@ class VersionError(ValueError):
     """A malformed version or an unusable source tree (a usage error: exit code 2)."""
 
 
+@functools.lru_cache(maxsize=256)
 def parse_version(text: str) -> tuple[Any, ...]:
     """A sort key for a PEP 440 version: release numbers, then pre-releases and dev builds before the
     release and post-releases after it (``0.7.0.dev0 < 0.7.0rc1 < 0.7.0 < 0.7.0.post1``). Local labels
@@ -80,8 +82,8 @@ class BridgeData:
 
     ``version``: release of the shipped data, or the source tree's own version; ``requested``: the
     version asked for or found installed, when it differs from ``version``; ``source``: ``option``,
-    ``settings``, ``installed``, ``default`` (newest shipped) or, for a source tree, ``option-src`` /
-    ``settings-src``; ``folder``: where data built from a source tree lies (None: shipped data);
+    ``settings``, ``installed``, ``default`` (newest shipped), ``python`` (``verify``: the
+    megatron-bridge of its ``--python``) or, for a source tree, ``option-src`` / ``settings-src``; ``folder``: where data built from a source tree lies (None: shipped data);
     ``key``: what identifies the data in cache keys (the release, or the tree's content hash)."""
 
     version: str
@@ -126,7 +128,8 @@ class BridgeData:
         if self.requested is None or self.requested == self.version:
             return None
         where = {"option": "--megatron-bridge-version", "settings": "[tool.mbmem-lint] megatron-bridge-version",
-                 "installed": "the installed megatron-bridge distribution"}.get(self.source, self.source)
+                 "installed": "the installed megatron-bridge distribution",
+                 "python": "the megatron-bridge of --python"}.get(self.source, self.source)
         older = parse_version(self.requested) > parse_version(self.version)
         return (f"no shipped data for megatron-bridge {self.requested} (from {where}); linting against "
                 f"{self.version}, the {'nearest older' if older else 'oldest'} release with data "
@@ -135,7 +138,7 @@ class BridgeData:
     def describe(self) -> str:
         """One line for the text summary: ``megatron-bridge 0.6.2 (megatron-core 0.19.2, newest shipped)``."""
         why = {"option": "--megatron-bridge-version", "settings": "pyproject.toml", "installed": "installed",
-               "default": "newest shipped", "option-src": f"source tree {self.src}",
+               "python": "installed for --python", "default": "newest shipped", "option-src": f"source tree {self.src}",
                "settings-src": f"source tree {self.src}"}.get(self.source, self.source)
         asked = f", asked for {self.requested}" if self.requested and self.requested != self.version else ""
         return f"megatron-bridge {self.version} (megatron-core {self.megatron_core}, {why}{asked})"
@@ -185,7 +188,7 @@ def shipped_versions() -> list[str]:
 def shipped(version: str, source: str, requested: str | None = None) -> BridgeData:
     meta = _shipped_meta().get(version, {})
     return BridgeData(version=version, megatron_core=str(meta.get("megatron_core", SHIPPED.get(version, "?"))),
-                      source=source, requested=requested)
+                      source=source, requested=requested, key=f"shipped:{version}")
 
 
 def nearest_shipped(version: str) -> str:
@@ -248,13 +251,14 @@ def _metadata_version(path: str) -> str | None:
 def select(option_version: str | None = None, option_src: str | None = None,
            settings_version: str | None = None, settings_src: str | None = None,
            settings_root: Path | None = None, cache_folder: Path | None = None,
-           search_path: Sequence[str] | None = None) -> BridgeData:
+           search_path: Sequence[str] | None = None, option_source: str = "option") -> BridgeData:
     """The data for a run, in the order of the module docstring. ``VersionError`` for a malformed
-    version or a source tree that cannot be used."""
+    version or a source tree that cannot be used. ``option_source``: who chose ``option_version``
+    (``python``: ``verify`` asked the megatron-bridge of its ``--python``)."""
     if option_src:
         return _from_src(Path(option_src), "option-src", cache_folder)
     if option_version:
-        return for_version(_checked(option_version, "--megatron-bridge-version"), "option")
+        return for_version(_checked(option_version, "--megatron-bridge-version"), option_source)
     if settings_src:
         src = Path(settings_src)
         if not src.is_absolute() and settings_root is not None:
