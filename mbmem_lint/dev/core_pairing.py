@@ -18,10 +18,10 @@ pairings chosen (:data:`mbmem_lint.resolve.versions.SHIPPED`).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
 from mbmem_lint.records import dataclass
+from mbmem_lint.resolve.schema_gen import resolve_relative, top_level_statements
 
 CORE_PACKAGES = ("core", "training")
 
@@ -97,7 +97,7 @@ class CoreIndex:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError):
             tree = ast.Module(body=[], type_ignores=[])
-        for stmt in _top_level(tree.body):
+        for stmt in top_level_statements(tree.body):
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(stmt.name)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -108,7 +108,7 @@ class CoreIndex:
                 names.update(a.asname or a.name.split(".")[0] for a in stmt.names)
             elif isinstance(stmt, ast.ImportFrom):
                 if any(a.name == "*" for a in stmt.names):
-                    stars.append(_absolute(module, path.name == "__init__.py", stmt.level, stmt.module))
+                    stars.append(resolve_relative(module, path.name == "__init__.py", stmt.level, stmt.module))
                 names.update(a.asname or a.name for a in stmt.names if a.name != "*")
         self._names[module] = (names, stars)
         return names, stars
@@ -121,26 +121,6 @@ class CoreIndex:
             return True
         names, stars = self._scan(module)
         return name in names or any(self.resolves(s, name, depth + 1) for s in stars)
-
-
-def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    for stmt in body:
-        if isinstance(stmt, (ast.If, ast.Try, ast.With)):
-            yield from _top_level(stmt.body)
-            yield from _top_level(getattr(stmt, "orelse", []))
-            yield from _top_level(getattr(stmt, "finalbody", []))
-            for handler in getattr(stmt, "handlers", []):
-                yield from _top_level(handler.body)
-        else:
-            yield stmt
-
-
-def _absolute(module: str, is_package: bool, level: int, target: str | None) -> str:
-    if level == 0:
-        return target or ""
-    parts = module.split(".") if is_package else module.split(".")[:-1]
-    parts = parts[: len(parts) - (level - 1)]
-    return ".".join(parts + ([target] if target else []))
 
 
 def unresolved(imports: list[CoreImport], core: CoreIndex) -> list[CoreImport]:

@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from mbmem_lint.resolve.versions import LIBRARY_FILE, SCHEMA_FILE, BridgeData, VersionError
@@ -61,35 +62,39 @@ def _tree_files(roots: list[tuple[Path, str]]) -> list[tuple[str, Path]]:
     return files
 
 
-def content_key(roots: list[tuple[Path, str]], index_folder: Path | None = None) -> str:
-    """A hash of every ``.py`` file (relative name and bytes) of the packages ``roots`` names, plus
-    the engine's fingerprint. With ``index_folder``, a tree whose files' sizes and modification times
-    are unchanged is not read again."""
+def _stat_line(path: Path) -> bytes:
+    st = path.stat()
+    return f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()
+
+
+def _digest(files: list[tuple[str, Path]], read: Callable[[Path], bytes]) -> str:
+    """40 hex digits over the engine, then each file's relative name and ``read(path)`` (unreadable: skipped)."""
     from mbmem_lint.fingerprint import engine_fingerprint
 
-    files = _tree_files(roots)
-    stats = hashlib.sha256(f"{BUILD_FORMAT}\0{engine_fingerprint()}\0".encode())
-    for rel, path in files:
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        stats.update(f"{rel}\0{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    index = index_folder / "stat-index" / stats.hexdigest()[:40] if index_folder is not None else None
-    if index is not None:
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            known = index.read_text(encoding="utf-8").strip()
-            if len(known) == 40:
-                return known
     h = hashlib.sha256(f"{BUILD_FORMAT}\0{engine_fingerprint()}\0".encode())
     for rel, path in files:
         try:
-            data = path.read_bytes()
+            data = read(path)
         except OSError:
             continue
         h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
-    key = h.hexdigest()[:40]
+    return h.hexdigest()[:40]
+
+
+def content_key(roots: list[tuple[Path, str]], index_folder: Path | None = None) -> str:
+    """A hash of every ``.py`` file (relative name and bytes) of the packages ``roots`` names, plus
+    the engine's fingerprint. With ``index_folder``, a tree whose files' sizes and modification times
+    are unchanged is not read again."""
+    files = _tree_files(roots)
+    index = None
+    if index_folder is not None:
+        index = index_folder / "stat-index" / _digest(files, _stat_line)
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            known = index.read_text(encoding="utf-8").strip()
+            if len(known) == 40:
+                return known
+    key = _digest(files, Path.read_bytes)
     if index is not None:
         from mbmem_lint.settings import write_cache_file
 

@@ -98,23 +98,23 @@ def _module_name(root: Path, path: Path) -> tuple[str, bool]:
     return ".".join(parts), is_package
 
 
-def _top_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+def top_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """Top-level statements, descending into ``if``/``try`` blocks (first binding wins)."""
     for stmt in body:
         if isinstance(stmt, ast.If):
-            yield from _top_level_statements(stmt.body)
-            yield from _top_level_statements(stmt.orelse)
+            yield from top_level_statements(stmt.body)
+            yield from top_level_statements(stmt.orelse)
         elif isinstance(stmt, ast.Try):
-            yield from _top_level_statements(stmt.body)
+            yield from top_level_statements(stmt.body)
             for handler in stmt.handlers:
-                yield from _top_level_statements(handler.body)
-            yield from _top_level_statements(stmt.orelse)
-            yield from _top_level_statements(stmt.finalbody)
+                yield from top_level_statements(handler.body)
+            yield from top_level_statements(stmt.orelse)
+            yield from top_level_statements(stmt.finalbody)
         else:
             yield stmt
 
 
-def _resolve_relative(module: str, is_package: bool, level: int, target: str | None) -> str:
+def resolve_relative(module: str, is_package: bool, level: int, target: str | None) -> str:
     if level == 0:
         return target or ""
     parts = module.split(".")
@@ -129,7 +129,7 @@ def _resolve_relative(module: str, is_package: bool, level: int, target: str | N
 
 
 def _index_module(info: _ModuleInfo) -> None:
-    for stmt in _top_level_statements(info.tree.body):
+    for stmt in top_level_statements(info.tree.body):
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
@@ -138,7 +138,7 @@ def _index_module(info: _ModuleInfo) -> None:
                     head = alias.name.split(".")[0]
                     info.imports.setdefault(head, head)
         elif isinstance(stmt, ast.ImportFrom):
-            src = _resolve_relative(info.name, info.is_package, stmt.level, stmt.module)
+            src = resolve_relative(info.name, info.is_package, stmt.level, stmt.module)
             for alias in stmt.names:
                 if alias.name == "*":
                     continue
@@ -547,7 +547,7 @@ def generate_compact_schema(corpus: Path | Sequence[Path]) -> dict[str, Any]:
         info = idx.get(mod_name)
         if info is None:
             continue
-        for stmt in _top_level_statements(info.tree.body):
+        for stmt in top_level_statements(info.tree.body):
             if not isinstance(stmt, ast.ClassDef):
                 continue
             qual = f"{mod_name}.{stmt.name}"
