@@ -145,7 +145,8 @@ def test_comparison_rules() -> None:
     assert not same_name("torch.nn.functional.silu", "torch.nn.functional.gelu")
 
     class R:
-        fields = {"model.x": type("F", (), {"value": 3})(), "model.y": type("F", (), {"value": (1, 2)})()}
+        fields = {"model.x": type("F", (), {"value": 3})(), "model.y": type("F", (), {"value": (1, 2)})(),
+                  "comm_overlap.cfg": type("F", (), {"value": {"_target_": "a.B", "_name_": "preset_x"}})()}
         pre_runtime = {"model.x": 2}
 
     r = cast(Any, R())
@@ -154,3 +155,6 @@ def test_comparison_rules() -> None:
     assert classify("model.z", 1, r)[0] == "missing"
     assert classify("model.x", "<opaque Foo>", r)[0] == "opaque"
     assert classify("model.x", 5, r)[:2] == ("disagree", 2)
+    # a preset's module-level name is mbmem-lint's annotation: not compared with the real object
+    assert classify("comm_overlap.cfg", {"_target_": "a.B"}, r)[0] == "agree"
+    assert classify("comm_overlap.cfg", {"_target_": "a.C"}, r)[0] == "disagree"

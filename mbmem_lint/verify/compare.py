@@ -60,8 +60,13 @@ def is_opaque(v: Any) -> bool:
 
 
 def static_value(r: ResolvedRecipe, path: str) -> Any:
-    """mbmem-lint's value of ``path`` before runtime rewrites."""
-    return r.pre_runtime[path] if path in r.pre_runtime else r.fields[path].value
+    """mbmem-lint's value of ``path`` before runtime rewrites. A config object's ``_name_`` (the
+    module-level name it was bound to, e.g. a userbuffers preset) is mbmem-lint's annotation, which
+    the real object cannot have: it is left out."""
+    value = r.pre_runtime[path] if path in r.pre_runtime else r.fields[path].value
+    if isinstance(value, dict) and "_target_" in value and "_name_" in value:
+        value = {k: v for k, v in value.items() if k != "_name_"}
+    return value
 
 
 def classify(path: str, real: Any, r: ResolvedRecipe) -> tuple[str, Any, bool]:
