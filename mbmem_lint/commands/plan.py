@@ -49,6 +49,7 @@ def plan(path: str, gpu: str | None, world_size: int | None, recipe: str | None,
     from mbmem_lint.plan import PlanError, PlanOptions, plan_path
     from mbmem_lint.plan.knobs import UnknownKnob, parse_keep
     from mbmem_lint.plan.render import render_markdown, render_text
+    from mbmem_lint.resolve.versions import VersionError
 
     file_part, function = split_target(path)
     settings = load_settings_for([file_part])
@@ -64,6 +65,8 @@ def plan(path: str, gpu: str | None, world_size: int | None, recipe: str | None,
         results = plan_path(file_part, settings, options, function=function, recipe_ref=recipe, diagnostics=problems)
     except MissingPathError as exc:
         fail(f"{exc}: no such file or directory")
+    except VersionError as exc:  # megatron-bridge-src / -version of [tool.mbmem-lint]
+        fail(str(exc))
     if not results:
         for d in problems:
             echo(f"{d.location.path}:{d.location.line}: {d.code} {d.message}", err=True)

@@ -84,8 +84,11 @@ class RecipeSession:
         self.sources = dict(found.sources)
         self.diagnostics: list[Diagnostic] = [*found.diagnostics, *diags]
         self.function = function
-        self.resolver = Resolver(settings, ResolveOptions(gpu=gpu, world_size=world_size, function=function,
-                                                          recipe_ref=recipe_ref))
+        options = ResolveOptions(gpu=gpu, world_size=world_size, function=function, recipe_ref=recipe_ref)
+        from mbmem_lint.pipeline import select_bridge_data
+
+        self.bridge = select_bridge_data(settings, options)  # the Megatron Bridge data of this run
+        self.resolver = Resolver(settings, options)
         self.envs = self.resolver.register(found.python)
         self.paired = self.resolver.pair_overrides(self.overrides)
         self.diagnostics.extend(self.resolver.result.diagnostics)
