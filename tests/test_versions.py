@@ -363,3 +363,17 @@ def test_core_pairing_import_resolution(tmp_path: Path) -> None:
     miss = unresolved(imports, CoreIndex(tmp_path / "core"))
     assert [(i.module, i.name, i.guarded) for i in miss] == [
         ("megatron.core.config", "gone", False), ("megatron.core.missing", "thing", True)]
+
+
+def test_results_cache_keys_on_the_data_in_use(tmp_path: Path) -> None:
+    """Cached findings made against one release are not served to a run against another (the installed
+    distribution can change between runs with the same settings and options)."""
+    from mbmem_lint.results_cache import ResultsCache
+
+    settings, options = Settings(root=tmp_path), ResolveOptions()
+    with versions.using(versions.shipped("0.5.1", "installed")):
+        old = ResultsCache.for_run(settings, options).context
+    with versions.using(versions.shipped("0.6.2", "installed")):
+        new = ResultsCache.for_run(settings, options).context
+        assert ResultsCache.for_run(settings, options).context == new
+    assert old != new
