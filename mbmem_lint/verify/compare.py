@@ -29,7 +29,9 @@ def norm(v: Any) -> Any:
 
 
 def same(real: Any, mine: Any) -> bool:
-    """Equal as JSON values (bool is not int; int and float compare numerically)."""
+    """Equal as JSON values (bool is not int; int and float compare numerically). A config object's
+    ``_name_`` (the module-level name mbmem-lint saw it bound to, e.g. a userbuffers preset) has no
+    counterpart in the real object and is not compared."""
     if isinstance(real, bool) or isinstance(mine, bool):
         return type(real) is type(mine) and real == mine
     if isinstance(real, (int, float)) and isinstance(mine, (int, float)):
@@ -60,13 +62,8 @@ def is_opaque(v: Any) -> bool:
 
 
 def static_value(r: ResolvedRecipe, path: str) -> Any:
-    """mbmem-lint's value of ``path`` before runtime rewrites. A config object's ``_name_`` (the
-    module-level name it was bound to, e.g. a userbuffers preset) is mbmem-lint's annotation, which
-    the real object cannot have: it is left out."""
-    value = r.pre_runtime[path] if path in r.pre_runtime else r.fields[path].value
-    if isinstance(value, dict) and "_target_" in value and "_name_" in value:
-        value = {k: v for k, v in value.items() if k != "_name_"}
-    return value
+    """mbmem-lint's value of ``path`` before runtime rewrites."""
+    return r.pre_runtime[path] if path in r.pre_runtime else r.fields[path].value
 
 
 def classify(path: str, real: Any, r: ResolvedRecipe) -> tuple[str, Any, bool]:
