@@ -17,8 +17,9 @@ Bridge (``--python``), never inside mbmem-lint's process, and uses the standard 
   fields, dtypes as ``"torch.bfloat16"``, enums and callables as dotted names, tuples as lists,
   ``env_vars`` as ``env_vars.NAME``; attributes that are not dataclass fields are dumped too and
   listed under ``extra``; values with no JSON form are ``"<opaque module.Class>"``.
-* With ``--world-size``, Megatron Bridge's own ``estimate_training_memory`` (0.5 and later) gives
-  the model-state bytes of the most-loaded shard (``data_parallel_size`` = world / (TP·PP·CP)).
+* Megatron Bridge's own ``estimate_training_memory`` (0.5 and later) gives the model-state bytes of
+  the most-loaded shard, on a copy of the config whose model was finalized (as when Bridge reports it)
+  with ``data_parallel_size`` = world / (TP·PP·CP) (1 without a world size).
 
 Exit 0 with the dump written; 3 when ``megatron.bridge`` cannot be imported (the dump says why).
 """
@@ -26,6 +27,7 @@ Exit 0 with the dump written; 3 when ``megatron.bridge`` cannot be imported (the
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import enum
 import functools
@@ -207,19 +209,22 @@ def bridge_model_state(cfg: Any, world_size: int | None) -> dict[str, Any]:
     pp = getattr(model, "pipeline_model_parallel_size", 1) or 1
     cp = getattr(model, "context_parallel_size", 1) or 1
     dp = max(1, world_size // (tp * pp * cp)) if world_size else 1
-    had = "data_parallel_size" in vars(cfg)
-    old = getattr(cfg, "data_parallel_size", None)
+    # Bridge reports this estimate during training, after validate() finalized the model (derived
+    # fields such as kv_channels are filled in there): do the same on a copy.
+    try:
+        cfg = copy.deepcopy(cfg)
+        finalize = getattr(cfg.model, "finalize", None)
+        if callable(finalize):
+            finalize()
+        basis = "after model.finalize(), as when Bridge reports it"
+    except Exception as exc:  # noqa: BLE001 - finalize may need what the doubles do not provide
+        basis = f"on the recipe's values (model.finalize() raised {type(exc).__name__})"
     cfg.data_parallel_size = dp  # what set_data_parallel_size() does in validate()
     try:
         est = estimate_training_memory(cfg, include_activation=False)
     except Exception as exc:  # noqa: BLE001 - the estimator does not support every model
-        return {"unavailable": f"estimate_training_memory raised {type(exc).__name__}: {exc}"[:300]}
-    finally:
-        if had:
-            cfg.data_parallel_size = old
-        else:
-            vars(cfg).pop("data_parallel_size", None)
-    return {"model_state_bytes": float(est.weight_and_optimizer_bytes), "data_parallel_size": dp,
+        return {"unavailable": f"estimate_training_memory raised {type(exc).__name__}: {exc} ({basis})"[:300]}
+    return {"model_state_bytes": float(est.weight_and_optimizer_bytes), "data_parallel_size": dp, "basis": basis,
             "components": [{"name": c.name, "bytes": float(c.memory_bytes)} for c in est.model_state_components]}
 
 
