@@ -25,7 +25,6 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,23 +75,44 @@ def parse_version(text: str) -> tuple[Any, ...]:
     return (release, phase, post_n, -1 if dev is not None else 0, int(dev or 0))
 
 
-@dataclass(frozen=True)
 class BridgeData:
-    """The Megatron Bridge data a run uses and why.
+    """The Megatron Bridge data a run uses and why (a value: never changed once made).
 
     ``version``: release of the shipped data, or the source tree's own version; ``requested``: the
     version asked for or found installed, when it differs from ``version``; ``source``: ``option``,
     ``settings``, ``installed``, ``default`` (newest shipped), ``python`` (``verify``: the
-    megatron-bridge of its ``--python``) or, for a source tree, ``option-src`` / ``settings-src``; ``folder``: where data built from a source tree lies (None: shipped data);
-    ``key``: what identifies the data in cache keys (the release, or the tree's content hash)."""
+    megatron-bridge of its ``--python``) or, for a source tree, ``option-src`` / ``settings-src``;
+    ``folder``: where data built from a source tree lies (None: shipped data); ``key``: what
+    identifies the data in cache keys (the release, or the tree's content hash).
 
-    version: str
-    megatron_core: str
-    source: str
-    requested: str | None = None
-    src: str | None = None
-    folder: str | None = None
-    key: str = ""
+    A hand-written slotted class, not a dataclass: it is defined on every run's start-up path, where
+    generating a dataclass's methods cost ~4.5 M instructions (callgrind, one-file check), as much as
+    the rest of the version selection."""
+
+    __slots__ = ("version", "megatron_core", "source", "requested", "src", "folder", "key")
+
+    def __init__(self, version: str, megatron_core: str, source: str, requested: str | None = None,
+                 src: str | None = None, folder: str | None = None, key: str = "") -> None:
+        self.version = version
+        self.megatron_core = megatron_core
+        self.source = source
+        self.requested = requested
+        self.src = src
+        self.folder = folder
+        self.key = key
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.version, self.megatron_core, self.source, self.requested, self.src, self.folder, self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BridgeData) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        names = ("version", "megatron_core", "source", "requested", "src", "folder", "key")
+        return "BridgeData(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields())) + ")"
 
     @property
     def shipped(self) -> bool:
