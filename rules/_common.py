@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from mbmem_lint.check.rule import RuleContext
@@ -46,6 +45,8 @@ def _indented(body: str) -> str:
     """``textwrap.indent(textwrap.dedent(body).strip("\\n"), "    ")`` without regexes: the catalog
     builds ~150 examples every time it loads, and ``textwrap``'s regexes were ~18% of that."""
     if "\t" in body:  # tabs: the general rules apply
+        import textwrap
+
         return textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
     lines = [line if line.strip() else "" for line in body.split("\n")]  # as dedent: blank lines emptied
     while lines and not lines[0]:

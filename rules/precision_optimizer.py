@@ -739,9 +739,9 @@ MBM418 = Rule(
 )
 
 
-_UB_NAME = re.compile(
-    r"userbuffers_(?P<dtype>[a-z0-9]+)_(?:(?P<gpu>[a-z]+[0-9]+)_)?h(?P<h>\d+)_tp(?P<tp>\d+)(?:_cp(?P<cp>\d+))?"
-    r"_mbs(?P<mbs>\d+)_seqlen(?P<seq>\d+)")
+# Compiled on first use (re's cache): only recipes with TP comm overlap and a named preset need it.
+_UB_NAME = (r"userbuffers_(?P<dtype>[a-z0-9]+)_(?:(?P<gpu>[a-z]+[0-9]+)_)?h(?P<h>\d+)_tp(?P<tp>\d+)(?:_cp(?P<cp>\d+))?"
+            r"_mbs(?P<mbs>\d+)_seqlen(?P<seq>\d+)")
 
 
 def _ub_preset_mismatch(ctx: RuleContext) -> Iterator[Finding]:
@@ -749,7 +749,7 @@ def _ub_preset_mismatch(ctx: RuleContext) -> Iterator[Finding]:
         return  # the preset is unused when Bridge turns TP overlap off
     preset = ctx.get("comm_overlap.tp_comm_overlap_cfg")
     name = preset.get("_name_") if isinstance(preset, dict) else None
-    m = _UB_NAME.fullmatch(name) if isinstance(name, str) else None
+    m = re.fullmatch(_UB_NAME, name) if isinstance(name, str) else None
     if m is None:
         return
     tuned = {"model.hidden_size": int(m["h"]), "model.tensor_model_parallel_size": int(m["tp"]),

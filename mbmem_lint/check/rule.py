@@ -49,8 +49,8 @@ Behaviour = Literal[
     "cost",  # accepted, but costs memory or throughput
 ]
 
-CODE_RE = re.compile(r"^MBM\d{3}$")
-NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+CODE_PATTERN = r"^MBM\d{3}$"  # checked by Rule.validate (a test), so compiled there, not at start-up
+NAME_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
 EXPECT_MARKER = "# <-"  # marks the expected line of an INVALID example
 
 
@@ -462,9 +462,9 @@ class Rule:
         return FAMILIES.get(self.code[3], "Other")
 
     def validate(self) -> None:
-        if not CODE_RE.match(self.code):
+        if not re.match(CODE_PATTERN, self.code):
             raise ValueError(f"bad rule code {self.code!r}")
-        if not NAME_RE.match(self.name):
+        if not re.match(NAME_PATTERN, self.name):
             raise ValueError(f"{self.code}: rule name must be kebab-case: {self.name!r}")
         if not self.sources:
             raise ValueError(f"{self.code}: a rule must cite the Megatron source behaviour")
