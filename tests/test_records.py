@@ -5,7 +5,7 @@ methods kept. Each case builds the same class with both decorators and compares 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar  # noqa: F401 - the test classes' 'ClassVar[...]' resolves here
 
 import pytest
 
@@ -167,3 +167,12 @@ def test_initvar_classes_are_left_to_the_standard_decorator() -> None:
             self.x *= scale
 
     assert WithInitVar(2, 3).x == 6 and WithInitVar(2).x == 2
+
+
+def test_field_types_and_annotations_are_the_declared_ones() -> None:
+    std, ours = _both({"limit": 3}, {"x": "int", "tags": "list[str] | None", "limit": "ClassVar[int]"})
+    assert [(f.name, f.type) for f in dataclasses.fields(ours)] == [(f.name, f.type) for f in dataclasses.fields(std)]
+    assert [f.type for f in dataclasses.fields(ours)] == ["int", "list[str] | None"]  # ClassVar is no field
+    assert ours.__annotations__ == std.__annotations__ == {"x": "int", "tags": "list[str] | None",
+                                                           "limit": "ClassVar[int]"}
+    assert ours(1, None).limit == 3
