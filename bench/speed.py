@@ -43,7 +43,9 @@ from mbmem_lint.dev.corpus import ensure_corpus, recipe_files
 REPO = Path(__file__).resolve().parents[1]
 BENCH_VENV = REPO / ".cache" / "bench-venv"
 TARGETS = {"corpus_s": 2.0, "ratio": 8.0, "one_file_s": 0.3, "version_s": 0.15, "rss_mb": 300.0, "json_text": 1.3,
-           "fixit_reference_s": 16.0}  # "Fixit takes about 16 s here" (issue 8)
+           "fixit_reference_s": 16.0,  # "Fixit takes about 16 s here" (issue 8)
+           "user_file_floor": 3.5, "perf_file_floor": 5.0}  # one-file runs / `python -c pass` (issue 20)
+GOOD_FIXTURES = sorted((REPO / "fixtures" / "recipes" / "good").glob("*.py"))  # one-recipe user files
 PERF_FILE = "perf_recipes/llama/h100/llama3.py"
 LIB_FILE = "recipes/llama/llama3.py"
 
@@ -376,6 +378,19 @@ def main(argv: list[str] | None = None) -> int:
                                                                     str(bridge / rel)], str(work)),
                                n, {0, 1}, warmup=True)
 
+        # (c2) issue 20: the pre-commit case against the interpreter floor. Each round runs the floor,
+        # every one-recipe user file (fixtures/recipes/good) and the 12-recipe perf file one after the
+        # other, so each ratio compares runs made under the same load; the verdict is on the medians.
+        ratio_cases = [Case("ratio_floor", "python -c pass (floor, alternating)", [py, "-c", "pass"], str(work))]
+        ratio_cases += [Case(f"ratio_good_{f.stem}", f"mbmem-lint check fixtures/recipes/good/{f.name}",
+                             [mbmem, "check", "--no-color", str(f)], str(work)) for f in GOOD_FIXTURES]
+        ratio_cases.append(Case("ratio_perf", f"mbmem-lint check {PERF_FILE} (alternating)",
+                                [mbmem, "check", "--no-color", str(bridge / PERF_FILE)], str(work)))
+        for i in range(max(n, 9)):
+            for case in ratio_cases:
+                bench(case, 1, {0, 1}, warmup=i == 0)
+        cases.update({c.key: c for c in ratio_cases})
+
         if not args.inherit_env and info["PYTHONDONTWRITEBYTECODE"]:
             nopyc = dict(os.environ)  # as this shell has it: mbmem_lint recompiled, stdlib .pyc used
             cases["one_perf_nopyc"] = bench(Case("one_perf_nopyc", "same, PYTHONDONTWRITEBYTECODE=1 (no .pyc)",
@@ -618,6 +633,22 @@ def render(results: dict, cases: dict[str, Case], scaling: list[dict], bridge: P
                  f"~{TARGETS['fixit_reference_s']:.0f} s: median × {TARGETS['fixit_reference_s']:.0f} s / Fixit's median) | "
                  f"{scaled:.2f} s | |")
     L.append("")
+    floor_runs = cases["ratio_floor"].runs if "ratio_floor" in cases else []
+    if floor_runs:
+        L += ["## Against the targets of issue 20: the pre-commit case", "",
+              f"Each one-file run divided by the `python -c pass` run of the same round ({len(floor_runs)} rounds, "
+              f"floor median {statistics.median(r.wall_s for r in floor_runs) * 1000:.1f} ms; bytecode compiled as "
+              "pip installs it); the verdict is on the median ratio.", "",
+              "| case | median | ratio to the floor (median, range) | target | |", "|---|---:|---:|---:|---|"]
+        for key, c in cases.items():
+            if not key.startswith(("ratio_good_", "ratio_perf")):
+                continue
+            ratios = [r.wall_s / f.wall_s for r, f in zip(c.runs, floor_runs)]
+            target = TARGETS["perf_file_floor" if key == "ratio_perf" else "user_file_floor"]
+            med = statistics.median(ratios)
+            L.append(f"| {c.label} | {st[key]['median_s']:.3f} s | **{med:.2f}×** ({min(ratios):.2f}–"
+                     f"{max(ratios):.2f}×) | ≤ {target}× | {verdict(med <= target)} |")
+        L.append("")
     text_runs = cases["corpus_text"].runs if "corpus_text" in cases else []
     json_runs = cases["corpus"].runs if "corpus" in cases else []
     if text_runs and json_runs:
