@@ -259,7 +259,12 @@ def recipe_getter(recipe: ResolvedRecipe, overrides: Mapping[str, Any] | None = 
     ov = dict(overrides)
 
     def get(path: str) -> Any:
-        return ov[path] if path in ov else get_value(path)
+        if path in ov:
+            return ov[path]
+        v = values.get(path, _MISSING)
+        if v is _MISSING:
+            v = values[path] = recipe.get(path)
+        return v
 
     return get
 

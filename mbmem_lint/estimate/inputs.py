@@ -11,7 +11,7 @@ from typing import Any
 
 from mbmem_lint.estimate.types import EstimateUnavailable
 from mbmem_lint.records import dataclass, field
-from mbmem_lint.resolve.resolved import Unknown, is_known
+from mbmem_lint.resolve.resolved import PLAIN_TYPES, Unknown, is_known
 
 Getter = Callable[[str], Any]
 
@@ -28,7 +28,10 @@ def dtype_bytes(value: Any, default: int) -> int:
 
 
 class Reader:
-    """Typed access to recipe values with default handling and assumption logging."""
+    """Typed access to recipe values with default handling and assumption logging.
+
+    An estimate reads ~100 values and what-if re-estimates read them again: each accessor fetches the value
+    itself and returns plain known values (most of them) without further calls."""
 
     def __init__(self, get: Getter) -> None:
         self._get = get
@@ -39,18 +42,28 @@ class Reader:
 
     def known(self, path: str) -> bool:
         v = self._get(path)
-        return v is not None and is_known(v) and not isinstance(v, Unknown)
+        return v is not None and is_known(v)
+
+    def _unknown(self, path: str, default: Any, note: str | None) -> Any:
+        if note is not None:
+            self.assumptions.append(f"{path} is not statically known; assumed {default!r} ({note})")
+        return default
 
     def value(self, path: str, default: Any = None, *, note: str | None = None) -> Any:
         v = self._get(path)
-        if isinstance(v, Unknown) or not is_known(v):
-            if note is not None:
-                self.assumptions.append(f"{path} is not statically known; assumed {default!r} ({note})")
-            return default
-        return v
+        if type(v) in PLAIN_TYPES or is_known(v):
+            return v
+        return self._unknown(path, default, note)
 
     def int_(self, path: str, default: int | None, *, note: str | None = None) -> int | None:
-        v = self.value(path, default, note=note)
+        v = self._get(path)
+        t = type(v)
+        if t is int:
+            return v  # type: ignore[no-any-return]
+        if t is float:
+            return int(v)
+        if t not in PLAIN_TYPES and not is_known(v):
+            v = self._unknown(path, default, note)
         if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
             return default
         return int(v)
@@ -60,7 +73,11 @@ class Reader:
         return v if v is not None and v > 0 else default
 
     def bool_(self, path: str, default: bool, *, note: str | None = None) -> bool:
-        v = self.value(path, default, note=note)
+        v = self._get(path)
+        if type(v) is bool:
+            return v  # type: ignore[no-any-return]
+        if type(v) not in PLAIN_TYPES and not is_known(v):
+            v = self._unknown(path, default, note)
         return bool(v) if isinstance(v, (bool, int)) else default
 
     def float_(self, path: str, default: float, *, note: str | None = None) -> float:
