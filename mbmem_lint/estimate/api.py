@@ -310,7 +310,11 @@ def _estimate_recipe(recipe: ResolvedRecipe, *, gpu: str | None, world_size: int
             spec = resolve_gpu(DEFAULT_GPU)
             note = f"target GPU {recipe.target.gpu!r} is not in the catalog; assumed {DEFAULT_GPU}"
     ws = world_size if world_size is not None else recipe.target.world_size
-    inp = read_inputs(recipe_getter(recipe, overrides), ws)
+    # What-ifs re-read only the parts of the recipe's own inputs that their overrides can change.
+    base: Inputs | None = recipe.__dict__.get("_estimate_inputs")
+    inp = read_inputs(recipe_getter(recipe, overrides), ws, base=base, changed=overrides.keys() if overrides else ())
+    if not overrides:
+        recipe.__dict__["_estimate_inputs"] = inp
     est = _build(inp, spec, f"{recipe.path}::{recipe.function}")
     if note:
         est.assumptions.insert(0, note)

@@ -6,7 +6,7 @@ Every UNKNOWN is handled here, once: either a documented default (recorded in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from mbmem_lint.estimate.types import EstimateUnavailable
@@ -36,11 +36,14 @@ class Reader:
     def __init__(self, get: Getter) -> None:
         self._get = get
         self.assumptions: list[str] = []
+        self.paths: list[str] = []  # every path read, in order
 
     def raw(self, path: str) -> Any:
+        self.paths.append(path)
         return self._get(path)
 
     def known(self, path: str) -> bool:
+        self.paths.append(path)
         v = self._get(path)
         return v is not None and is_known(v)
 
@@ -50,16 +53,18 @@ class Reader:
         return default
 
     def value(self, path: str, default: Any = None, *, note: str | None = None) -> Any:
+        self.paths.append(path)
         v = self._get(path)
         if type(v) in PLAIN_TYPES or is_known(v):
             return v
         return self._unknown(path, default, note)
 
     def int_(self, path: str, default: int | None, *, note: str | None = None) -> int | None:
+        self.paths.append(path)
         v = self._get(path)
         t = type(v)
         if t is int:
-            return v  # type: ignore[no-any-return]
+            return v
         if t is float:
             return int(v)
         if t not in PLAIN_TYPES and not is_known(v):
@@ -73,9 +78,10 @@ class Reader:
         return v if v is not None and v > 0 else default
 
     def bool_(self, path: str, default: bool, *, note: str | None = None) -> bool:
+        self.paths.append(path)
         v = self._get(path)
         if type(v) is bool:
-            return v  # type: ignore[no-any-return]
+            return v
         if type(v) not in PLAIN_TYPES and not is_known(v):
             v = self._unknown(path, default, note)
         return bool(v) if isinstance(v, (bool, int)) else default
@@ -268,6 +274,8 @@ class Inputs:
     off: Offload
     rt: Runtime
     assumptions: list[str] = field(default_factory=list)
+    # How each part was read (read_inputs' ``base``: what-if re-estimates reuse the parts a change cannot affect).
+    parts: dict[str, _Part] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _moe_pattern(r: Reader, n_layers: int, num_experts: int) -> list[bool]:
@@ -318,16 +326,68 @@ def _pad_vocab(v: int, div: int, tp: int) -> int:
     return -(-v // m) * m
 
 
-def read_inputs(get: Getter, world_size: int | None) -> Inputs:
-    r = Reader(get)
-    missing = [p for p in ("model.num_layers", "model.hidden_size", "model.num_attention_heads") if not r.known(p)]
-    hybrid = _hybrid(r)
-    if hybrid is not None and "model.num_layers" in missing:
-        missing.remove("model.num_layers")
-    if missing:
-        raise EstimateUnavailable("model shape is not statically known", missing)
-    hidden = r.pos("model.hidden_size", 1)
-    heads = r.pos("model.num_attention_heads", 1)
+class _Part:
+    """One part of :class:`Inputs` as it was read: the value, the arguments it was read with, the paths it read
+    and the assumptions it added. (A plain class: one per part and estimate, and a data class costs more to
+    define than a one-file check spends on these.)"""
+
+    __slots__ = ("value", "args", "reads", "assumptions")
+
+    def __init__(self, value: Any, args: tuple[Any, ...], reads: list[str], assumptions: list[str]) -> None:
+        self.value = value
+        self.args = args
+        self.reads = reads
+        self.assumptions = assumptions
+
+
+class _Parts:
+    """Reads each part of the inputs, or takes it from ``base`` (the inputs of the same recipe without the
+    ``changed`` paths: a what-if re-estimate) when the part read none of them and gets the same arguments. Its
+    value is then the same, and the same object: what the estimate derives from it once (layer kinds,
+    parameters, activation terms) is derived once for all what-ifs. A part read again that comes out equal to
+    the base's is replaced by the base's object for the same reason."""
+
+    def __init__(self, r: Reader, base: Inputs | None, changed: Collection[str]) -> None:
+        self.r = r
+        self.base = base.parts if base is not None else {}
+        self.changed = frozenset(changed)
+        self.read: dict[str, _Part] = {}
+
+    def get(self, name: str, read: Callable[..., Any], *args: Any) -> Any:
+        r = self.r
+        old = self.base.get(name)
+        if old is not None and old.args == args and self.changed.isdisjoint(old.reads):
+            r.assumptions.extend(old.assumptions)
+            self.read[name] = old
+            return old.value
+        paths, notes = len(r.paths), len(r.assumptions)
+        value = read(r, *args)
+        if old is not None and old.value == value:
+            value = old.value
+        self.read[name] = _Part(value, args, r.paths[paths:], r.assumptions[notes:])
+        return value
+
+
+def read_inputs(get: Getter, world_size: int | None, *, base: Inputs | None = None,
+                changed: Collection[str] = ()) -> Inputs:
+    """The estimate's inputs from ``get``. With ``base`` (read from the same values except the ``changed``
+    paths), the parts of ``base`` that do not depend on ``changed`` are reused rather than read again."""
+    parts = _Parts(Reader(get), base, changed)
+    tp, pp, vpp, cp, ep, etp = sizes = parts.get("sizes", _read_sizes)
+    shape = parts.get("shape", _read_shape, tp)
+    par = parts.get("par", _read_par, world_size, sizes)
+    train = parts.get("train", _read_train, world_size, par.dp)
+    prec = parts.get("prec", _read_precision)
+    opt = parts.get("opt", _read_optim, prec.param_bytes)
+    peft = parts.get("peft", _read_peft)
+    rec = parts.get("rec", _read_recompute)
+    off = parts.get("off", _read_offload)
+    rt = parts.get("rt", _read_runtime, pp)
+    return Inputs(shape, par, train, prec, opt, peft, rec, off, rt, parts.r.assumptions, parts.read)
+
+
+def _read_sizes(r: Reader) -> tuple[int, int, int | None, int, int, int]:
+    """(TP, PP, VPP or None, CP, EP, ETP)."""
     tp = r.pos("model.tensor_model_parallel_size", 1)
     pp = r.pos("model.pipeline_model_parallel_size", 1)
     vpp_v = r.int_("model.virtual_pipeline_model_parallel_size", None)
@@ -336,6 +396,18 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     ep = r.pos("model.expert_model_parallel_size", 1)
     etp_v = r.int_("model.expert_tensor_parallel_size", None)
     etp = etp_v if etp_v and etp_v > 0 else (1 if ep > 1 else tp)
+    return tp, pp, vpp, cp, ep, etp
+
+
+def _read_shape(r: Reader, tp: int) -> Shape:
+    missing = [p for p in ("model.num_layers", "model.hidden_size", "model.num_attention_heads") if not r.known(p)]
+    hybrid = _hybrid(r)
+    if hybrid is not None and "model.num_layers" in missing:
+        missing.remove("model.num_layers")
+    if missing:
+        raise EstimateUnavailable("model shape is not statically known", missing)
+    hidden = r.pos("model.hidden_size", 1)
+    heads = r.pos("model.num_attention_heads", 1)
 
     hybrid_syms = None
     mtp = r.int_("model.mtp_num_layers", 0) or 0
@@ -421,14 +493,18 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         r.assumptions.append("model.num_moe_experts is not statically known; assumed a dense model")
     if isinstance(act, str) and act and "silu" not in act and "gelu" not in act and glu:
         r.assumptions.append(f"activation {act!r} with gated_linear_unit counted as a 2-matrix GLU input")
+    return shape
 
+
+def _read_par(r: Reader, world_size: int | None, sizes: tuple[int, int, int | None, int, int, int]) -> Par:
+    tp, pp, vpp, cp, ep, etp = sizes
     if world_size is None:
         dp = 1
         r.assumptions.append("world size unknown: assumed DP=1 (no data-parallel sharding of optimizer state)")
     else:
         dp = max(1, world_size // (tp * pp * cp))
     edp = max(1, (dp * tp * cp) // (ep * etp))
-    par = Par(
+    return Par(
         tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, edp=edp,
         sp=r.bool_("model.sequence_parallel", False) and tp > 1, world_size=world_size,
         first_stage_layers=r.int_("model.num_layers_in_first_pipeline_stage", None),
@@ -438,6 +514,8 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         layout=r.value("model.pipeline_model_parallel_layout", None),
     )
 
+
+def _read_train(r: Reader, world_size: int | None, dp: int) -> Train:
     seq = r.pos("model.seq_length", 0) or r.pos("dataset.seq_length", 0)
     if seq <= 0:
         seq = 4096
@@ -448,8 +526,10 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     # Packed sequences run in the THD layout (Bridge's packed-sequence datasets pass PackedSeqParams(qkv_format="thd")).
     packed_size = r.int_("dataset.packed_sequence_specs.packed_sequence_size", None) or 0
     packed = r.bool_("dataset.enable_offline_packing", False) or packed_size > 0
-    train = Train(seq=seq, mbs=mbs, num_microbatches=nmb, packed_thd=packed)
+    return Train(seq=seq, mbs=mbs, num_microbatches=nmb, packed_thd=packed)
 
+
+def _read_precision(r: Reader) -> Precision:
     pdt = r.value("model.params_dtype", None)
     if pdt is None:
         pdt = r.value("mixed_precision.params_dtype", None)
@@ -473,13 +553,16 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     fp8 = r.value("model.fp8", None)
     fp4 = r.value("model.fp4", None)
     fp8_on = (isinstance(fp8, str) and fp8 != "") or (isinstance(fp4, str) and fp4 != "")
-    prec = Precision(
+    return Precision(
         param_bytes=param_bytes, grad_bytes=grad_bytes, fp8=fp8_on,
         fp8_recipe=str(r.value("model.fp8_recipe", "delayed") or "delayed"),
         fp8_param=fp8_on and (r.bool_("model.fp8_param", False) or r.bool_("ddp.fp8_param_gather", False)),
         transpose_cache=not r.bool_("model.disable_parameter_transpose_cache", False),
     )
 
+
+def _read_optim(r: Reader, param_bytes: int) -> Optim:
+    pa_opt = r.bool_("optimizer.use_precision_aware_optimizer", False)
     opt_name = str(r.value("optimizer.optimizer", "adam") or "adam").lower()
     if opt_name not in ("adam", "adamw", "sgd", "muon", "dist_muon"):
         r.assumptions.append(f"optimizer {opt_name!r} modelled as Adam (2 states)")
@@ -497,7 +580,7 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     if r.bool_("ddp.use_megatron_fsdp", False) or r.bool_("dist.use_megatron_fsdp", False):
         fsdp = str(r.value("ddp.data_parallel_sharding_strategy", "no_shard") or "no_shard")
     dist = r.bool_("optimizer.use_distributed_optimizer", False) or r.bool_("ddp.use_distributed_optimizer", False)
-    opt = Optim(
+    return Optim(
         name=opt_name, distributed=dist,
         instances=r.pos("ddp.num_distributed_optimizer_instances", 1),
         main_param_bytes=main_bytes, state_bytes=states,
@@ -509,6 +592,8 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         precision_aware=pa_opt,
     )
 
+
+def _read_peft(r: Reader) -> Peft | None:
     peft = None
     pv = r.value("peft", None)
     if isinstance(pv, dict):
@@ -521,17 +606,23 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         peft = Peft(kind=kind, dim=r.pos("peft.dim", 32), targets=[str(t) for t in targets],
                     regather=r.bool_("peft.sequence_parallel_input_regather", False),
                     share_expert_adapters=r.bool_("peft.share_expert_adapters", True))
+    return peft
 
+
+def _read_recompute(r: Reader) -> Recompute:
     gran = r.value("model.recompute_granularity", None)
     mods = r.value("model.recompute_modules", None)
-    rec = Recompute(
+    return Recompute(
         granularity=gran if gran in ("selective", "full") else None,
         method=r.value("model.recompute_method", None),
         num_layers=r.int_("model.recompute_num_layers", None) or 1,
         modules=[str(m) for m in mods] if isinstance(mods, list) else ["core_attn"],
     )
+
+
+def _read_offload(r: Reader) -> Offload:
     om = r.value("model.offload_modules", None)
-    off = Offload(
+    return Offload(
         fine_grained=r.bool_("model.fine_grained_activation_offloading", False),
         modules=[str(m) for m in om] if isinstance(om, list) else [],
         cpu_offloading=r.bool_("model.cpu_offloading", False),
@@ -540,6 +631,8 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         cpu_weights=r.bool_("model.cpu_offloading_weights", False),
     )
 
+
+def _read_runtime(r: Reader, pp: int) -> Runtime:
     impl = r.value("model.cuda_graph_impl", "none")
     scope = r.value("model.cuda_graph_scope", [])
     scope_l = [str(s) for s in scope] if isinstance(scope, list) else ([scope] if isinstance(scope, str) else [])
@@ -554,7 +647,7 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
     nvls_v = r.value("env_vars.NCCL_NVLS_ENABLE", None)
     nvls = r.bool_("ddp.nccl_ub", False) or not (nvls_v is not None and str(nvls_v) == "0")
     attn_backend = str(r.value("model.attention_backend", "auto") or "auto")
-    rt = Runtime(
+    return Runtime(
         graph_impl=str(impl) if isinstance(impl, str) and impl else "none",
         graph_scope=scope_l, expandable_segments=es, nvls=nvls,
         flash="unfused" not in attn_backend and "local" not in attn_backend,
@@ -568,4 +661,3 @@ def read_inputs(get: Getter, world_size: int | None) -> Inputs:
         defer_embedding_wgrad=pp > 1 and _model_or_overlap(r, "defer_embedding_wgrad_compute", False) is True,
         wgrad_deferral_limit=max(0, int(_model_or_overlap(r, "wgrad_deferral_limit", 0) or 0)),
     )
-    return Inputs(shape, par, train, prec, opt, peft, rec, off, rt, r.assumptions)
