@@ -25,7 +25,7 @@ from mbmem_lint.estimate.overheads import (
     runtime_components,
     unfused_score_buffer_component,
 )
-from mbmem_lint.estimate.params import Params, layer_kinds
+from mbmem_lint.estimate.params import Params, layer_kinds, layer_table
 from mbmem_lint.estimate.pipeline import StagePlan, chunk_passes, stage_plans
 from mbmem_lint.estimate.types import Component, Estimate, EstimateUnavailable, StageEstimate
 from mbmem_lint.estimate.uncertainty import band, model_kind
@@ -48,10 +48,11 @@ class _KindTerms:
 
     def __init__(self, inp: Inputs) -> None:
         self.inp = inp
+        self.table = layer_table(inp.shape)
         self.dropped = selective_drops(inp)
         self.offloaded = offloaded_terms(inp)
         self.by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
-        self.by_chunk: dict[tuple[tuple[str, ...], ...], tuple[list[float], list[float]]] = {}
+        self.by_chunk: dict[str, tuple[list[float], list[float]]] = {}
 
     def get(self, kind: tuple[str, ...], index: int) -> tuple[float, float]:
         hit = self.by_kind.get(kind)
@@ -66,12 +67,13 @@ class _KindTerms:
 
     def chunk(self, indices: list[int]) -> tuple[list[float], list[float]]:
         """(kept, offloaded) bytes of each layer of a chunk; chunks of the same kinds share one answer."""
-        kinds = layer_kinds(self.inp.shape, indices)
-        key = tuple(kinds)
-        hit = self.by_chunk.get(key)
+        codes = self.table.codes(indices)
+        hit = self.by_chunk.get(codes)
         if hit is None:
-            vals = [self.get(k, i) for k, i in zip(kinds, indices)]
-            hit = self.by_chunk[key] = ([v[0] for v in vals], [v[1] for v in vals])
+            table = self.table
+            by_code = {c: self.get(table.kind(c), indices[codes.index(c)]) for c in dict.fromkeys(codes)}
+            vals = [by_code[c] for c in codes]
+            hit = self.by_chunk[codes] = ([v[0] for v in vals], [v[1] for v in vals])
         return hit
 
 
@@ -151,10 +153,9 @@ def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
     # Stages with the same layer kinds and the same embedding/loss placement hold the same parameters (the
     # middle stages of a deep pipeline): count them once. Components are never mutated, so stages share them.
     state_memo: dict[tuple[Any, ...], tuple[Params, Params, list[Component]]] = {}
-    nl = inp.shape.num_layers  # layers at or above it are MTP layers (their parameters differ)
     for plan in plans:
         rank, layers = plan.rank, plan.layers
-        key = (tuple(layer_kinds(inp.shape, layers)), plan.embedding, plan.loss, sum(i >= nl for i in layers))
+        key = (kind_terms.table.codes(layers), plan.embedding, plan.loss)  # codes tell MTP layers apart
         hit = state_memo.get(key)
         if hit is None:
             base, adapters = stage_params(inp, layers, plan.embedding, plan.loss)

@@ -6,8 +6,7 @@ from mbmem_lint.estimate.inputs import Inputs
 from mbmem_lint.estimate.params import (
     Params,
     embedding_params,
-    layer_kinds,
-    layer_params,
+    layer_table,
     lora_params,
     norm_params,
     output_params,
@@ -29,23 +28,20 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
     s = inp.shape
     base = Params()
     adapters = Params()
-    # Layers of one kind have the same parameters: count the kinds, compute each once. (Counts
-    # are integers, so the products equal the layer-by-layer sums exactly.)
-    counts: dict[tuple[bool, tuple[str, ...]], list[int]] = {}  # kind -> [first layer index, count]
-    nl = s.num_layers
-    for i, sub in zip(layers, layer_kinds(s, layers)):
-        kind = (i >= nl, sub)  # MTP layers add their projection
-        hit = counts.get(kind)
-        if hit is None:
-            counts[kind] = [i, 1]
-        else:
-            hit[1] += 1
-    for first_i, n in counts.values():
-        base = base + layer_params(s, first_i).times(n)
+    # Layers of one kind have the same parameters: count the kinds (one code each in the shape's layer table),
+    # compute each once, in the order the kinds first appear. (Counts are integers, so the products equal the
+    # layer-by-layer sums exactly.)
+    table = layer_table(s)
+    codes = table.codes(layers)
+    has_mtp = False
+    for code in dict.fromkeys(codes):
+        n = codes.count(code)
+        first_i = layers[codes.index(code)]
+        has_mtp = has_mtp or table.is_mtp(code)
+        base = base + table.layer_params(code, first_i).times(n)
         if inp.peft is not None:
             copies = float(inp.par.ep * inp.par.etp) if inp.peft.share_expert_adapters else None
             adapters = adapters + lora_params(s, inp.peft.kind, inp.peft.dim, inp.peft.targets, first_i, copies).times(n)
-    has_mtp = any(i >= s.num_layers for i in layers)
     if last:
         base = base + Params(rep=norm_params(s, s.hidden))
         # Untied output layer, or the tied embedding's copy kept on the last stage when PP > 1.

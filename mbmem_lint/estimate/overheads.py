@@ -6,7 +6,7 @@ from __future__ import annotations
 from mbmem_lint.estimate.activations import attention_scores, tokens
 from mbmem_lint.estimate.gpus import GpuSpec
 from mbmem_lint.estimate.inputs import Inputs
-from mbmem_lint.estimate.params import layer_kinds, layer_sublayers
+from mbmem_lint.estimate.params import layer_table
 from mbmem_lint.estimate.types import ALLOCATED_KINDS, FRAGMENTATION_RESERVE, Component
 
 _SCOPE_KINDS = {"attn": {"attn", "mla"}, "mlp": {"mlp"}, "moe": {"moe"}, "moe_router": {"moe"},
@@ -82,10 +82,11 @@ def cuda_graph_component(inp: Inputs, gpu: GpuSpec, layers: list[int], inflight:
     kinds: set[str] = set()
     for sc in scope:
         kinds |= _SCOPE_KINDS.get(sc, set())
+    table = layer_table(inp.shape)
+    codes = table.codes(layers)
     graphed = 0
-    for i in layers:
-        subs = layer_sublayers(inp.shape, i)
-        graphed += sum(1 for k in subs if not scope or k in kinds)
+    for code in dict.fromkeys(codes):  # per kind: its graphed sublayers times its layers
+        graphed += sum(1 for k in table.kind(code) if not scope or k in kinds) * codes.count(code)
     r = 1.0 / inp.par.tp if inp.par.sp else 1.0
     # Static output buffer per graphed callable and in-flight microbatch. The static *input* buffer is the
     # tensor the callable's first norm saves for backward, already counted in the activation terms, so it
@@ -100,7 +101,10 @@ def unfused_score_buffer_component(inp: Inputs, layers: list[int]) -> Component 
     """Unfused attention writes its raw scores [b·np, sq, sk] with baddbmm into one global buffer
     (dot_product_attention.py L186-190: ``get_global_memory_buffer().get_tensor(..., "mpu")``), allocated once
     and kept for the whole run. Measured on H200: +1.0 GiB held after step 1 at 32 heads, seq 4096 (case F)."""
-    if inp.rt.flash or not any(k in ("attn", "mla") for kind in layer_kinds(inp.shape, layers) for k in kind):
+    if inp.rt.flash:
+        return None
+    table = layer_table(inp.shape)
+    if not any(k in ("attn", "mla") for c in set(table.codes(layers)) for k in table.kind(c)):
         return None
     return Component("unfused-attention score buffer", int(2 * attention_scores(inp)), [
         "model.attention_backend", "model.seq_length", "train.micro_batch_size"], kind="workspace")

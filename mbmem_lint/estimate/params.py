@@ -127,17 +127,67 @@ def layer_sublayers(s: Shape, index: int) -> list[str]:
     return [attn, *extra, "moe" if is_moe else "mlp"]
 
 
+class LayerTable:
+    """The sublayer kinds of a shape's layers, built once per shape (estimates ask per stage, per chunk and per
+    what-if; the what-ifs of a recipe share its Shape object).
+
+    Each distinct (kind, MTP or not) gets a one-character code, so a list of layers reads as a string
+    (:meth:`codes`): a chunk or a stage is then keyed, compared and counted by kind in C instead of layer by
+    layer. MTP layers get codes of their own (their parameters differ; their activations do not)."""
+
+    def __init__(self, s: Shape) -> None:
+        self.shape = s
+        self.kinds: list[tuple[str, ...]] = []  # by code number
+        self.mtp: list[bool] = []
+        self._number: dict[tuple[bool, tuple[str, ...]], int] = {}
+        self._codes: list[str] = []  # by layer index
+        self.params: dict[str, Params] = {}  # layer_params of each code, as computed
+
+    def _extend(self, count: int) -> None:
+        s, nl = self.shape, self.shape.num_layers
+        for i in range(len(self._codes), count):
+            key = (i >= nl, tuple(layer_sublayers(s, i)))
+            n = self._number.get(key)
+            if n is None:
+                n = self._number[key] = len(self.kinds)
+                self.kinds.append(key[1])
+                self.mtp.append(key[0])
+            self._codes.append(chr(0x30 + n))
+
+    def codes(self, indices: list[int]) -> str:
+        """One character per layer of ``indices``, in order (equal characters: layers of the same kind)."""
+        if not indices:
+            return ""
+        top = max(indices)
+        if top >= len(self._codes):
+            self._extend(max(top + 1, self.shape.num_layers + self.shape.mtp_layers))  # every layer at once
+        return "".join(map(self._codes.__getitem__, indices))
+
+    def kind(self, code: str) -> tuple[str, ...]:
+        return self.kinds[ord(code) - 0x30]
+
+    def is_mtp(self, code: str) -> bool:
+        return self.mtp[ord(code) - 0x30]
+
+    def layer_params(self, code: str, index: int) -> Params:
+        """:func:`layer_params` of layer ``index``, whose code is ``code`` (computed once per code)."""
+        hit = self.params.get(code)
+        if hit is None:
+            hit = self.params[code] = layer_params(self.shape, index)
+        return hit
+
+
+def layer_table(s: Shape) -> LayerTable:
+    table: LayerTable | None = s.__dict__.get("_layer_table")
+    if table is None:
+        table = s.__dict__["_layer_table"] = LayerTable(s)
+    return table
+
+
 def layer_kinds(s: Shape, indices: list[int]) -> list[tuple[str, ...]]:
-    """:func:`layer_sublayers` of each of ``indices`` as tuples, from a table built once per shape
-    (estimates ask per layer, per stage, per what-if)."""
-    if not indices:
-        return []
-    table: list[tuple[str, ...]] = s.__dict__.get("_layer_kinds", [])
-    top = max(indices)
-    if len(table) <= top:
-        count = max(top + 1, s.num_layers + s.mtp_layers)  # every layer of the model at once
-        table = s.__dict__["_layer_kinds"] = [tuple(layer_sublayers(s, i)) for i in range(count)]
-    return [table[i] for i in indices]
+    """:func:`layer_sublayers` of each of ``indices`` as tuples (from the shape's :class:`LayerTable`)."""
+    table = layer_table(s)
+    return [table.kind(c) for c in table.codes(indices)]
 
 
 def _sublayer_params(s: Shape, kind: str) -> Params:
