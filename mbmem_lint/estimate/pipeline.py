@@ -178,9 +178,10 @@ def chunk_passes(par: Par, rank: int, n_chunks: int, num_microbatches: int | Non
             value = min(value, float(num_microbatches))
         return [value] + [0.0] * (v - 1)
     passes = 2 * (pp - rank - 1) + (v - 1) * pp + 1
-    counts = [0.0] * v
-    for i in range(passes):
-        counts[(i // pp) % v] += 1
+    # Forward i runs chunk (i // PP) % v: whole groups of PP forwards go round the chunks, then the rest.
+    groups, rest = divmod(passes, pp)
+    counts = [float(pp * (groups // v + (1 if c < groups % v else 0)) + (rest if c == groups % v else 0))
+              for c in range(v)]
     if num_microbatches is not None:
         counts = [min(c, float(num_microbatches)) for c in counts]
     return counts
