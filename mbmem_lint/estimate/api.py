@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mbmem_lint.estimate.activations import (
@@ -53,6 +53,7 @@ class _KindTerms:
         self.offloaded = offloaded_terms(inp)
         self.by_kind: dict[tuple[str, ...], tuple[float, float]] = {}
         self.by_chunk: dict[str, tuple[list[float], list[float]]] = {}
+        self.stages: dict[tuple[Any, ...], tuple[list[Component], list[Component], float]] = {}
 
     def get(self, kind: tuple[str, ...], index: int) -> tuple[float, float]:
         hit = self.by_kind.get(kind)
@@ -65,9 +66,9 @@ class _KindTerms:
             )
         return hit
 
-    def chunk(self, indices: list[int]) -> tuple[list[float], list[float]]:
-        """(kept, offloaded) bytes of each layer of a chunk; chunks of the same kinds share one answer."""
-        codes = self.table.codes(indices)
+    def chunk(self, indices: list[int], codes: str) -> tuple[list[float], list[float]]:
+        """(kept, offloaded) bytes of each layer of a chunk (``codes``: its layers' codes in the shape's
+        table); chunks of the same kinds share one answer."""
         hit = self.by_chunk.get(codes)
         if hit is None:
             table = self.table
@@ -76,8 +77,19 @@ class _KindTerms:
             hit = self.by_chunk[codes] = ([v[0] for v in vals], [v[1] for v in vals])
         return hit
 
+    def stage(self, inp: Inputs, plan: StagePlan,
+              chunk_codes: tuple[str, ...]) -> tuple[list[Component], list[Component], float]:
+        """(the layers' activation components, every activation component of the stage, in-flight microbatches):
+        computed once per rank and layer kinds, for the estimate and the what-ifs that share these terms."""
+        key = (plan.rank, chunk_codes, plan.embedding, plan.loss)
+        hit = self.stages.get(key)
+        if hit is None:
+            hit = self.stages[key] = _stage_activations(inp, plan, chunk_codes, self)
+        return hit
 
-def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms) -> tuple[list[Component], float]:
+
+def _activation_components(inp: Inputs, plan: StagePlan, chunk_codes: tuple[str, ...],
+                           kind_terms: _KindTerms) -> tuple[list[Component], float]:
     par = inp.par
     layers = plan.layers
     passes = chunk_passes(par, plan.rank, len(plan.chunks), inp.train.num_microbatches)
@@ -85,8 +97,8 @@ def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms)
     inflight = (sum(p * len(c) for p, c in zip(passes, plan.chunks)) / len(layers)) if layers else max(passes)
     chunk_layers: list[list[float]] = []
     offloaded = 0.0
-    for chunk in plan.chunks:
-        kept, offl = kind_terms.chunk(chunk)
+    for chunk, codes in zip(plan.chunks, chunk_codes):
+        kept, offl = kind_terms.chunk(chunk, codes)
         chunk_layers.append(kept)
         if kind_terms.offloaded:
             for x in offl:  # in layer order, as floats add up
@@ -143,49 +155,78 @@ def _activation_components(inp: Inputs, plan: StagePlan, kind_terms: _KindTerms)
     return comps, inflight
 
 
+def _stage_activations(inp: Inputs, plan: StagePlan, chunk_codes: tuple[str, ...],
+                       kind_terms: _KindTerms) -> tuple[list[Component], list[Component], float]:
+    """A stage's activation components: its layers' (:func:`_activation_components`), then the embedding's,
+    the vision tower's and the loss's."""
+    par, rank = inp.par, plan.rank
+    act_comps, inflight = _activation_components(inp, plan, chunk_codes, kind_terms)
+    comps = list(act_comps)
+    if plan.embedding:
+        emb_mb = chunk_passes(par, rank, len(plan.chunks), inp.train.num_microbatches)[0]
+        comps.append(Component("embedding activations", int(embedding_activation(inp) * emb_mb), [
+            "model.seq_length", "train.micro_batch_size", "model.hidden_dropout"], kind="activation"))
+        vision = 0.0
+        if inp.shape.ext is not None:
+            from mbmem_lint.estimate.kinds import vision_activation_bytes
+
+            vision = vision_activation_bytes(inp)
+        if vision:
+            comps.append(Component(f"vision tower activations ({emb_mb:g} microbatches)", int(vision * emb_mb), [
+                "model.vision_config", "model.freeze_vision_model", "dataset.image_size", "dataset.num_images",
+                "train.micro_batch_size"], kind="activation"))
+    if plan.loss:
+        comps.append(Component("logits + cross-entropy (fp32)", int(output_activation(inp)), [
+            "model.vocab_size", "model.seq_length", "train.micro_batch_size",
+            "model.tensor_model_parallel_size", "model.cross_entropy_fusion_impl"], kind="activation"))
+        deferred = deferred_wgrad_bytes(inp)
+        if deferred:
+            comps.append(Component("deferred output-layer wgrad buffers", int(deferred), [
+                "model.defer_embedding_wgrad_compute", "model.wgrad_deferral_limit", "model.vocab_size",
+                "train.global_batch_size"], kind="activation"))
+    return act_comps, comps, inflight
+
+
+def _derived(inp: Inputs, name: str, parts: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    """What ``make`` derives from ``parts`` (parts of ``inp``), made once for a recipe and the what-ifs that share
+    those parts with it (:func:`~mbmem_lint.estimate.inputs.read_inputs`). The key holds the parts' identities;
+    the entry holds the parts, so they stay alive and their ids unique as long as it does."""
+    key = (name, *map(id, parts))
+    hit = inp.derived.get(key)
+    if hit is None:
+        hit = inp.derived[key] = (parts, make())
+    return hit[1]
+
+
 def _build(inp: Inputs, gpu: GpuSpec, recipe_name: str) -> Estimate:
     par = inp.par
     assumptions = list(inp.assumptions)
     plans = stage_plans(inp.shape.num_layers, inp.shape.mtp_layers, par, par.layout, assumptions)
     runtime = runtime_components(inp, gpu)
     stages: list[StageEstimate] = []
-    kind_terms = _KindTerms(inp)
+    shape, peft = inp.shape, inp.peft
+    # Derivations of the parts they read, shared with the recipe's what-ifs that keep those parts (an optimizer
+    # what-if keeps the activations, a recompute what-if the parameters and model state).
+    kind_terms = _derived(inp, "activation terms", (shape, par, inp.train, inp.prec, peft, inp.rec, inp.off, inp.rt),
+                          lambda: _KindTerms(inp))
+    params_memo: dict[tuple[Any, ...], tuple[Params, Params]] = _derived(inp, "stage params", (shape, par, peft), dict)
     # Stages with the same layer kinds and the same embedding/loss placement hold the same parameters (the
     # middle stages of a deep pipeline): count them once. Components are never mutated, so stages share them.
-    state_memo: dict[tuple[Any, ...], tuple[Params, Params, list[Component]]] = {}
+    state_memo: dict[tuple[Any, ...], list[Component]] = _derived(
+        inp, f"model state on {gpu.family}", (shape, par, inp.prec, inp.opt, peft), dict)
     for plan in plans:
         rank, layers = plan.rank, plan.layers
-        key = (kind_terms.table.codes(layers), plan.embedding, plan.loss)  # codes tell MTP layers apart
-        hit = state_memo.get(key)
-        if hit is None:
-            base, adapters = stage_params(inp, layers, plan.embedding, plan.loss)
-            hit = state_memo[key] = (base, adapters, model_state_components(inp, base, adapters, gpu.family))
-        base, adapters = hit[0], hit[1]
-        comps = list(hit[2])
-        act_comps, inflight = _activation_components(inp, plan, kind_terms)
-        comps += act_comps
-        if plan.embedding:
-            emb_mb = chunk_passes(par, rank, len(plan.chunks), inp.train.num_microbatches)[0]
-            comps.append(Component("embedding activations", int(embedding_activation(inp) * emb_mb), [
-                "model.seq_length", "train.micro_batch_size", "model.hidden_dropout"], kind="activation"))
-            vision = 0.0
-            if inp.shape.ext is not None:
-                from mbmem_lint.estimate.kinds import vision_activation_bytes
-
-                vision = vision_activation_bytes(inp)
-            if vision:
-                comps.append(Component(f"vision tower activations ({emb_mb:g} microbatches)", int(vision * emb_mb), [
-                    "model.vision_config", "model.freeze_vision_model", "dataset.image_size", "dataset.num_images",
-                    "train.micro_batch_size"], kind="activation"))
-        if plan.loss:
-            comps.append(Component("logits + cross-entropy (fp32)", int(output_activation(inp)), [
-                "model.vocab_size", "model.seq_length", "train.micro_batch_size",
-                "model.tensor_model_parallel_size", "model.cross_entropy_fusion_impl"], kind="activation"))
-            deferred = deferred_wgrad_bytes(inp)
-            if deferred:
-                comps.append(Component("deferred output-layer wgrad buffers", int(deferred), [
-                    "model.defer_embedding_wgrad_compute", "model.wgrad_deferral_limit", "model.vocab_size",
-                    "train.global_batch_size"], kind="activation"))
+        chunk_codes = tuple(kind_terms.table.codes(c) for c in plan.chunks)
+        key = ("".join(chunk_codes), plan.embedding, plan.loss)  # codes tell MTP layers apart
+        params = params_memo.get(key)
+        if params is None:
+            params = params_memo[key] = stage_params(inp, layers, plan.embedding, plan.loss)
+        base, adapters = params
+        state = state_memo.get(key)
+        if state is None:
+            state = state_memo[key] = model_state_components(inp, base, adapters, gpu.family)
+        act_comps, stage_acts, inflight = kind_terms.stage(inp, plan, chunk_codes)
+        comps = [*state, *stage_acts]
         act_total = sum(c.bytes for c in act_comps)
         graph = cuda_graph_component(inp, gpu, layers, inflight, act_total)
         if graph is not None:

@@ -276,6 +276,9 @@ class Inputs:
     assumptions: list[str] = field(default_factory=list)
     # How each part was read (read_inputs' ``base``: what-if re-estimates reuse the parts a change cannot affect).
     parts: dict[str, _Part] = field(default_factory=dict, repr=False, compare=False)
+    # What the estimate derives from some of the parts, keyed by those parts' identity: one dict for a recipe's
+    # inputs and every what-if read with them as base (they share the parts their overrides leave alone).
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _moe_pattern(r: Reader, n_layers: int, num_experts: int) -> list[bool]:
@@ -383,7 +386,8 @@ def read_inputs(get: Getter, world_size: int | None, *, base: Inputs | None = No
     rec = parts.get("rec", _read_recompute)
     off = parts.get("off", _read_offload)
     rt = parts.get("rt", _read_runtime, pp)
-    return Inputs(shape, par, train, prec, opt, peft, rec, off, rt, parts.r.assumptions, parts.read)
+    return Inputs(shape, par, train, prec, opt, peft, rec, off, rt, parts.r.assumptions, parts.read,
+                  base.derived if base is not None else {})
 
 
 def _read_sizes(r: Reader) -> tuple[int, int, int | None, int, int, int]:
