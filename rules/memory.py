@@ -19,7 +19,6 @@ def _capacity(ctx: RuleContext, severity: str) -> Iterator[Finding]:
     try:
         from mbmem_lint.estimate.api import estimate_recipe
         from mbmem_lint.estimate.gpus import UnknownGpuError
-        from mbmem_lint.estimate.suggest import capacity_findings
         from mbmem_lint.estimate.types import EstimateUnavailable
     except ImportError:  # estimator not installed
         return
@@ -27,9 +26,13 @@ def _capacity(ctx: RuleContext, severity: str) -> Iterator[Finding]:
         est = estimate_recipe(ctx.r)
     except (EstimateUnavailable, UnknownGpuError):  # no shape, or a GPU the catalog lacks: no capacity verdict
         return
+    margin, uncertainty = ctx.settings.headroom_margin, ctx.settings.memory_uncertainty
+    if est.has_headroom(margin):
+        return  # fits with the margin: no finding (and no need to load the suggestions)
+    from mbmem_lint.estimate.suggest import capacity_findings
+
     # MBM701 and MBM702 read the same findings (one per severity): compute them, and their
     # re-estimated suggestions, once per recipe.
-    margin, uncertainty = ctx.settings.headroom_margin, ctx.settings.memory_uncertainty
     memo: dict[tuple[float, float | None], Any] = ctx.r.__dict__.setdefault("_capacity_findings", {})
     if (margin, uncertainty) not in memo:
         memo[margin, uncertainty] = capacity_findings(ctx.r, est, margin, uncertainty)

@@ -125,11 +125,11 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
     over capacity beyond its error band."""
     if uncertainty is None:
         uncertainty = estimate.uncertainty
+    if estimate.has_headroom(margin):
+        return []
     usable = estimate.gpu.usable_bytes
     peak = next(s for s in estimate.stages if s.pp_rank == estimate.peak_stage)
     headroom = estimate.headroom_bytes
-    if headroom >= margin * usable:
-        return []
     # The fragmentation reserve is a risk allowance, not an allocation: Megatron Bridge PR #3107 shows a stage
     # that exceeds capacity only through fragmentation OOMing in 30-60% of runs, not in every run. So the error
     # needs the allocations themselves (state, activations, workspaces, CUDA context, NCCL) not to fit; when

@@ -112,6 +112,10 @@ class Estimate:
     def fits(self) -> bool:
         return self.headroom_bytes >= 0
 
+    def has_headroom(self, margin: float) -> bool:
+        """The peak stage leaves at least ``margin`` of the usable memory: no capacity finding (MBM701/MBM702)."""
+        return self.headroom_bytes >= margin * self.gpu.usable_bytes
+
     def to_json(self) -> dict[str, Any]:
         return {
             "recipe": self.recipe,
