@@ -62,19 +62,22 @@ class Reader:
     def int_(self, path: str, default: int | None, *, note: str | None = None) -> int | None:
         self.paths.append(path)
         v = self._get(path)
-        t = type(v)
-        if t is int:
-            return v
-        if t is float:
+        return v if type(v) is int else self._to_int(path, v, default, note)
+
+    def _to_int(self, path: str, v: Any, default: int | None, note: str | None) -> int | None:
+        if type(v) is float:
             return int(v)
-        if t not in PLAIN_TYPES and not is_known(v):
+        if type(v) not in PLAIN_TYPES and not is_known(v):
             v = self._unknown(path, default, note)
         if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
             return default
         return int(v)
 
     def pos(self, path: str, default: int, *, note: str | None = None) -> int:
-        v = self.int_(path, default, note=note)
+        self.paths.append(path)
+        v = self._get(path)
+        if type(v) is not int:
+            v = self._to_int(path, v, default, note)
         return v if v is not None and v > 0 else default
 
     def bool_(self, path: str, default: bool, *, note: str | None = None) -> bool:
