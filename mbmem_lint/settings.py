@@ -282,18 +282,84 @@ def parse_settings(table: dict[str, Any], root: Path | None) -> Settings:
     return s
 
 
+def may_hold_our_table(text: str) -> bool:
+    """False only when the TOML ``text`` certainly defines nothing under ``tool.mbmem-lint``.
+
+    Every spelling of that key contains "mbmem" unless it uses escapes (a backslash), so a file
+    without "mbmem" cannot hold it. Otherwise the lines are scanned with TOML's lexical rules
+    (strings, comments, brackets of multi-line arrays) to see in which table each "mbmem" occurs:
+    it matters only in a table header, in ``[tool]`` or at the top level (dotted keys, inline
+    tables). Anything the scan does not follow exactly (multi-line strings, escapes, a quoted
+    header) answers True, and the file is parsed."""
+    if "\\" in text or '"""' in text or "'''" in text:
+        return True
+    if "mbmem" not in text:
+        return False
+    depth = 0  # open [ and { of values spanning lines
+    in_scope = True  # top level, or [tool]
+    for line in text.splitlines():
+        code, quoted = _toml_code(line)
+        if code is None:
+            return True  # an unterminated string: not what the scan follows
+        if depth == 0 and code.lstrip().startswith("["):
+            if "mbmem" in line:
+                return True
+            if quoted:
+                return True
+            name = code.strip().strip("[]")
+            in_scope = "".join(name.split()) == "tool"
+            continue
+        if "mbmem" in line and in_scope:
+            return True
+        depth += code.count("[") + code.count("{") - code.count("]") - code.count("}")
+        if depth < 0:
+            return True
+    return False
+
+
+def _toml_code(line: str) -> tuple[str | None, bool]:
+    """The line without its comment and with string contents blanked (``None``: a string does not
+    end on this line), and whether it had a string."""
+    out: list[str] = []
+    quote = ""
+    quoted = False
+    for ch in line:
+        if quote:
+            if ch == quote:
+                quote = ""
+                out.append(ch)
+            continue
+        if ch in "\"'":
+            quote = ch
+            quoted = True
+            out.append(ch)
+        elif ch == "#":
+            break
+        else:
+            out.append(ch)
+    return (None if quote else "".join(out)), quoted
+
+
 def load_settings(start: Path | None = None) -> Settings:
     """Settings from the nearest ``pyproject.toml`` at or above ``start`` (default: cwd)."""
     pyproject = find_pyproject(start or Path(os.getcwd()))
     if pyproject is None:
         return Settings()
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{pyproject}: cannot read: {exc}") from exc
+    if not may_hold_our_table(text):
+        # importing tomllib costs ~15 M instructions (its regexes compile at import), a tenth of a
+        # one-file check: a pyproject.toml that cannot hold [tool.mbmem-lint] is not parsed
+        return Settings(root=pyproject.parent)
     if sys.version_info >= (3, 11):
         import tomllib  # only when there is a pyproject.toml to read
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{pyproject}: cannot read: {exc}") from exc
     table = data.get("tool", {}).get("mbmem-lint")
     if table is None:

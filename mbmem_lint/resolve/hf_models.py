@@ -267,17 +267,31 @@ class ModelTable:
     """Architectures by HF id: pyproject entries, the bundled table, then the HF cache (looked up lazily, each
     once). Lookups never raise: a file that cannot be used makes its id unknown, with the reason."""
 
-    def __init__(self, bundled: dict[str, ModelEntry], unmapped: dict[str, str] | None = None,
+    def __init__(self, bundled: dict[str, ModelEntry] | None, unmapped: dict[str, str] | None = None,
                  user: dict[str, str] | None = None, root: Path | None = None,
                  cache_dirs: list[Path] | None = None, schema: Schema | None = None) -> None:
-        self.bundled = bundled
-        self.unmapped = dict(unmapped or {})
+        # None: the bundled table (models.json) is read on the first lookup; a recipe that names no HF id
+        # never pays for decoding it (~1 ms of a one-file check).
+        self._bundled = bundled
+        self._unmapped = dict(unmapped or {}) if bundled is not None else unmapped
         self.user = dict(user or {})
         self.root = root
         self.cache_dirs = cache_dirs if cache_dirs is not None else hf_cache_dirs()
         self.schema = schema
         self._found: dict[tuple[str, str | None], ModelEntry | None] = {}
         self._why: dict[tuple[str, str | None], str] = {}
+
+    @property
+    def bundled(self) -> dict[str, ModelEntry]:
+        if self._bundled is None:
+            self._bundled, self._unmapped = _bundled_entries()
+        return self._bundled
+
+    @property
+    def unmapped(self) -> dict[str, str]:
+        if self._unmapped is None:
+            self._bundled, self._unmapped = _bundled_entries()
+        return self._unmapped
 
     # Mapping-like access (bench/differential_check.py lists the table).
     def __contains__(self, hf_id: object) -> bool:
@@ -359,10 +373,15 @@ def load_model_table(user_models: dict[str, str] | None = None, root: Path | Non
                      cache_dirs: list[Path] | None = None) -> ModelTable:
     """The bundled table plus user entries ``{"org/name": "path/to/config.json" or folder}`` (relative to
     ``root``) and the HF cache. User entries replace bundled ones of the same id."""
+    return ModelTable(None, None, user_models, root, cache_dirs)
+
+
+def _bundled_entries() -> tuple[dict[str, ModelEntry], dict[str, str]]:
+    """The bundled table's entries by HF id, and the ids whose bundled config cannot be converted (why)."""
     data = _read_bundled()
     bundled = {
         hf_id: ModelEntry(provider=spec["provider"], fields=dict(spec["fields"]), source=spec["source"],
                           origin="bundled", bridge=spec.get("bridge"), confidence=spec.get("confidence", "exact"))
         for hf_id, spec in data.get("models", {}).items()
     }
-    return ModelTable(bundled, data.get("unmapped", {}), user_models, root, cache_dirs)
+    return bundled, dict(data.get("unmapped", {}))
