@@ -1,5 +1,5 @@
 """Differential check of the model table: mbmem-lint's conversion of each bundled config.json (Bridge's conversion
-code run in the abstract interpreter, ``mbmem_lint/data/models.json``) against the provider the real
+code run in the abstract interpreter, ``mbmem_lint/data/models.pack``) against the provider the real
 megatron-bridge 0.6.2 builds from the same config.
 
 Not part of CI. Needs the Python 3.12 venv with megatron-bridge 0.6.2 + megatron-core 0.19.2 + transformers
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from differential_check import same, same_name  # noqa: E402
 
-from mbmem_lint.resolve.hf_models import bundled_configs, hf_class_view  # noqa: E402
+from mbmem_lint.resolve.hf_models import bundled_configs, hf_class_view, read_models  # noqa: E402
 
 DEFAULT_VENV = REPO / ".cache" / "diffcheck-venv"
 HARNESS = REPO / "bench" / "diffcheck" / "convert_real.py"
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the comparison as JSON")
     ap.add_argument("--id", action="append", help="only these ids")
     args = ap.parse_args(argv)
-    models = json.loads((REPO / "mbmem_lint" / "data" / "models.json").read_text())["models"]
+    models = read_models((REPO / "mbmem_lint" / "data" / "models.pack").read_bytes())["models"]
     configs = {}
     for hf_id, entry in bundled_configs().items():
         if hf_id in models and (not args.id or hf_id in args.id):

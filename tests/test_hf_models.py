@@ -29,7 +29,7 @@ from mbmem_lint.resolve.hf_models import (
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "models"
-DATA = Path(__file__).resolve().parents[1] / "mbmem_lint" / "data" / "models.json"
+DATA = Path(__file__).resolve().parents[1] / "mbmem_lint" / "data" / "models.pack"
 HYBRID = "megatron.bridge.models.hybrid.hybrid_provider.HybridModelProvider"
 
 
@@ -188,11 +188,13 @@ def test_partial_config_leaves_unstated_keys_unknown() -> None:
     assert "partial config.json" in f["mm_tokens_per_image"]["unknown"]
 
 
-def test_models_json_matches_generation() -> None:
-    from mbmem_lint.dev.regenerate import dumps
+def test_models_pack_matches_generation() -> None:
+    from mbmem_lint.resolve.hf_models import dump_models, read_models
 
     generated = generate_models()
-    assert DATA.read_bytes() == dumps(generated) + b"\n"
+    assert DATA.read_bytes() == dump_models(generated)
+    stored = read_models(DATA.read_bytes())
+    assert dict(stored["models"]) == generated["models"] and stored["unmapped"] == generated["unmapped"]
     assert set(generated["models"]) | set(generated["unmapped"]) == set(bundled_configs())
     assert set(HF_CONFIGS) <= set(generated["models"])
     # Bundled but not convertible by Bridge 0.6.2, with the reason.
@@ -356,3 +358,13 @@ def test_recipe_hf_id_coverage(capsys: pytest.CaptureFixture[str]) -> None:
                  "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16", "zai-org/GLM-5.2", "moonshotai/Kimi-K2.5"):
         assert must in ids and must in table.bundled, must
     assert (len(covered), len(ids)) == (63, 84)  # 65 convertible bundled ids, 2 of them not referenced
+
+
+def test_a_lookup_decodes_only_its_own_entry_of_the_bundled_table() -> None:
+    table = load_model_table(cache_dirs=[])
+    assert table._bundled is None  # nothing read before the first lookup
+    entry = table.lookup("Qwen/Qwen3-8B")
+    assert entry is not None and entry.origin == "bundled" and entry.fields["num_layers"] == 36
+    specs = table.bundled._specs  # type: ignore[attr-defined]
+    assert list(specs._decoded) == ["Qwen/Qwen3-8B"]
+    assert len(table.bundled) == len(specs) > 50

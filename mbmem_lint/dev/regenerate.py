@@ -6,7 +6,7 @@ Two kinds of data file:
   one section per shipped release; ``regenerate(corpus, version)`` rewrites that release's section
   and keeps the others (entries identical across releases are stored once, :mod:`mbmem_lint.data_pack`);
 * **shared** (:data:`SHARED`): files built once, from the newest shipped release (``bridges.pack``:
-  Bridge's HF-config conversion code, and ``models.json``: the bundled configs converted by it), written
+  Bridge's HF-config conversion code, and ``models.pack``: the bundled configs converted by it), written
   only when that release is regenerated. (The conversion code could become per release by moving its
   generator to :data:`VERSIONED` and opening the active section where it is loaded.)
 
@@ -18,20 +18,15 @@ separators, fixed zlib level.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-OBSOLETE_NAMES = ("schema.json", "schema.json.gz", "library.json.gz")  # earlier encodings
-MODELS_NAME = "models.json"
+OBSOLETE_NAMES = ("schema.json", "schema.json.gz", "library.json.gz", "models.json")  # earlier encodings
+MODELS_NAME = "models.pack"
 
 Part = tuple[Any, Mapping[str, Any]]  # (pack header meta, entries) of one release
-
-
-def dumps(data: Any) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _schema_part(corpus: Path, parts: dict[str, Any]) -> Part:
@@ -67,11 +62,11 @@ def _bridges(corpus: Path, parts: dict[str, Any]) -> bytes:
 
 
 def _models(corpus: Path, parts: dict[str, Any]) -> bytes:
-    from mbmem_lint.resolve.hf_models import generate_models
+    from mbmem_lint.resolve.hf_models import dump_models, generate_models
     from mbmem_lint.resolve.schema import Schema
 
     # The conversion runs the fresh bridge summary against the fresh schema, not the shipped ones.
-    return dumps(generate_models(Schema(parts["schema"]), parts["bridges"])) + b"\n"
+    return dump_models(generate_models(Schema(parts["schema"]), parts["bridges"]))
 
 
 # File name → (generator of one release's section, names of the newest release's entries that make

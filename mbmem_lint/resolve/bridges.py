@@ -246,7 +246,7 @@ def _prov(label: str) -> Prov:
 
 
 def to_json(value: Any) -> Any:
-    """models.json encoding of a provider value: symbols as ``{"symbol": ...}``, unknowns as
+    """models.pack encoding of a provider value: symbols as ``{"symbol": ...}``, unknowns as
     ``{"unknown": reason}``."""
     if isinstance(value, Ext):
         return {"symbol": value.qualname}

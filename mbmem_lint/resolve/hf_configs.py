@@ -1,6 +1,6 @@
 """Our own table of HF ``config.json`` contents for the model ids the Bridge 0.6.2 recipes reference.
 
-``models.json`` is generated from this module through
+``models.pack`` is generated from this module through
 :func:`mbmem_lint.resolve.hf_models.provider_fields_from_hf_config`, the same mapping user files go
 through. Each entry holds the architecture keys of the published ``config.json`` (only keys the
 mapping reads; keys we could not confirm are left out rather than guessed) and a citation.
