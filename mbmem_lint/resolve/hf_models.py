@@ -212,7 +212,9 @@ def _read_bundled() -> dict[str, Any]:
     res = data_file(MODELS_FILE)
     if not res.is_file():
         raise ModelTableError(f"mbmem_lint/data/{MODELS_FILE} is missing; run `mbmem-lint dev regenerate`")
-    return read_models(res.read_bytes())
+    from mbmem_lint.data_pack import map_file
+
+    return read_models(map_file(res))
 
 
 # -- the user's files and cache --------------------------------------------------------------------------------

@@ -66,13 +66,13 @@ class LibrarySummary:
 
     @classmethod
     def _read(cls, data: versions.BridgeData) -> LibrarySummary:
-        from mbmem_lint.data_pack import open_pack
+        from mbmem_lint.data_pack import map_file, open_pack
 
         res = data.library_path()
         if not res.is_file():
             return cls({}, {}, data.version)
         try:
-            pack = open_pack(res.read_bytes(), data.pack_version())
+            pack = open_pack(map_file(res), data.pack_version())
         except KeyError:
             return cls({}, {}, data.version)
         return cls(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", data.version))

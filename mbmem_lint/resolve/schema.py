@@ -74,13 +74,13 @@ class ClassSchema:
 
 
 def _read_packaged(data: versions.BridgeData) -> dict[str, Any]:
-    from mbmem_lint.data_pack import open_pack
+    from mbmem_lint.data_pack import map_file, open_pack
 
     res = data.schema_path()
     if not res.is_file():
         raise FileNotFoundError(f"{res} is missing; run `mbmem-lint dev regenerate` to build it")
     try:
-        pack = open_pack(res.read_bytes(), data.pack_version())
+        pack = open_pack(map_file(res), data.pack_version())
     except KeyError:
         raise FileNotFoundError(f"{res} has no schema for megatron-bridge {data.version}; "
                                 "run `mbmem-lint dev regenerate --version X`") from None
