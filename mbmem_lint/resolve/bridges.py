@@ -21,7 +21,7 @@ from mbmem_lint.parse.python import PythonParseError, lower_module
 from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.library import LibrarySummary
 from mbmem_lint.resolve.resolved import Unknown
-from mbmem_lint.resolve.values import Ext, Obj, Prov, PyClass, PyInstance
+from mbmem_lint.resolve.values import Ext, Obj, Prov, PyClass, PyInstance, realized
 
 BRIDGES_FILE = "bridges.pack"
 
@@ -128,6 +128,7 @@ class BridgeRunner:
             if env is None or not name.endswith("_bridge"):
                 continue
             for value in env.globals.values():
+                value = realized(value, self.interp)
                 if not isinstance(value, PyClass) or value.qualname.rsplit(".", 1)[0] != name:
                     continue
                 source = value.attrs.get("SOURCE_NAME")  # set by register_bridge's decorator on the class
@@ -138,7 +139,7 @@ class BridgeRunner:
 
     def _global(self, module: str, name: str) -> Any:
         env = self.project.load_module(module, self.interp)
-        return env.globals.get(name) if env is not None else None
+        return realized(env.globals.get(name), self.interp) if env is not None else None
 
     def architecture(self, cfg: Any) -> str:
         """``AutoBridge._causal_lm_architecture``: the first architecture with a supported suffix; the class

@@ -23,6 +23,7 @@ from mbmem_lint.resolve.resolved import Unknown
 from mbmem_lint.resolve.values import (
     BoundFunc,
     BoundMethod,
+    Deferred,
     DictVal,
     Ext,
     Func,
@@ -540,7 +541,8 @@ class Interpreter:
                     return scope[name]
         g = f.module.globals
         if name in g:
-            return g[name]
+            value = g[name]
+            return value.get(self) if type(value) is Deferred else value
         b = BUILTINS.get(name)
         if b is not None:
             return Ext(f"builtins.{name}")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mbmem_lint.resolve.library import LibrarySummary
 from mbmem_lint.resolve.resolved import Unknown
 from mbmem_lint.resolve.values import (
+    Deferred,
     DictVal,
     Ext,
     Func,
@@ -25,6 +26,7 @@ from mbmem_lint.resolve.values import (
     Obj,
     Prov,
     is_known_external,
+    realized,
 )
 from mbmem_lint.settings import safe_resolve
 
@@ -44,6 +46,57 @@ SHAPE_FIELDS = (
 )
 
 
+def _bindings(body: list[Any], counts: dict[str, int]) -> bool:
+    """Count the names top-level statements bind (also inside if/for/while/with/try, not in def or class
+    bodies); False when the module has a star import (it binds names nobody can count)."""
+    for s in body:
+        kind = s[0]
+        names: list[str] = []
+        if kind == "assign":
+            for t in s[1]:
+                names.extend(_target_names(t))
+        elif kind in ("augassign", "for"):
+            names.extend(_target_names(s[1]))
+        elif kind in ("def", "class"):
+            names.append(s[1])
+        elif kind == "import":
+            names.extend(asname or name.split(".")[0] for name, asname in s[1])
+        elif kind == "from":
+            if s[3] == "*":
+                return False
+            names.extend(asname or name for name, asname in s[3])
+        elif kind == "opaque":
+            names.extend(s[1])
+        elif kind == "del":
+            for t in s[1]:
+                names.extend(_target_names(t))
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        nested: list[list[Any]] = []
+        if kind == "if":
+            nested = [s[2], s[3]]
+        elif kind in ("for", "while"):
+            nested = [s[3], s[4]]
+        elif kind == "with":
+            nested = [s[1]]
+        elif kind == "try":
+            nested = [s[1], *s[2], s[3], s[4]]
+        for b in nested:
+            if not _bindings(b, counts):
+                return False
+    return True
+
+
+def _target_names(t: list[Any]) -> list[str]:
+    if t[0] == "n":
+        return [t[1]]
+    if t[0] in ("tuple", "list"):
+        return [n for e in t[1] for n in _target_names(e)]
+    if t[0] == "star":
+        return _target_names(t[1])
+    return []
+
+
 class ModuleEnv:
     def __init__(self, name: str, display_path: str, body: list[Any] | None, *, is_library: bool,
                  is_package: bool, file_path: Path | None = None,
@@ -59,6 +112,7 @@ class ModuleEnv:
         self.state = "new"  # new → loading → done
         self.loc_cache: dict[int, Any] = {}
         self.toplevel_assigned: set[str] = set()
+        self.bound_once: frozenset[str] | None = None  # names one top-level statement binds (library modules)
 
     @property
     def body(self) -> list[Any]:
@@ -213,6 +267,10 @@ class Project:
         from mbmem_lint.resolve.interpreter import Frame, _Break, _Continue, _Raise, _Return
 
         env.state = "loading"
+        if env.is_library and env.bound_once is None:
+            counts: dict[str, int] = {}
+            env.bound_once = frozenset(n for n, c in counts.items() if c == 1) if _bindings(env.body, counts) \
+                else frozenset()
         interp.stack.append(Frame(env, None, None))
         try:
             for stmt in env.body:
@@ -220,6 +278,10 @@ class Project:
                     for t in stmt[1]:
                         if t[0] == "n":
                             env.toplevel_assigned.add(t[1])
+                    if env.is_library and self.deferrable(stmt, env):
+                        interp.tick()
+                        env.globals[stmt[1][0][1]] = Deferred(env, stmt)
+                        continue
                 try:
                     interp.exec_stmt(stmt)
                 except (_Raise, _Return, _Break, _Continue):
@@ -228,9 +290,40 @@ class Project:
             interp.stack.pop()
             env.state = "done"
 
+    def deferrable(self, stmt: list[Any], env: ModuleEnv) -> bool:
+        """Whether a top-level ``NAME = ...`` of a library module may run when NAME is first read
+        (:class:`Deferred`): one name target, assigned once in the module, and a value built only
+        from constants and calls of schema config classes that the module binds once and has bound."""
+        targets = stmt[1]
+        if len(targets) != 1 or targets[0][0] != "n" or targets[0][1] not in (env.bound_once or ()):
+            return False
+        value = stmt[2][1] if stmt[2][0] == "at" else stmt[2]
+        return value[0] == "call" and self._pure_construction(value, env)
+
+    def _pure_construction(self, e: list[Any], env: ModuleEnv) -> bool:
+        kind = e[0]
+        if kind == "at":
+            return self._pure_construction(e[1], env)
+        if kind == "c":
+            return True
+        if kind == "un":
+            return self._pure_construction(e[2], env)
+        if kind in ("list", "tuple"):
+            return all(x[0] != "star" and self._pure_construction(x, env) for x in e[1])
+        if kind != "call":
+            return False
+        func = e[1]
+        if func[0] != "n" or func[1] not in (env.bound_once or ()):
+            return False
+        cls = env.globals.get(func[1])
+        if not isinstance(cls, Ext) or self.schema_class(cls.qualname) is None:
+            return False
+        return (all(a[0] != "star" and self._pure_construction(a, env) for a in e[2])
+                and all(kw is not None and self._pure_construction(v, env) for kw, v, _loc in e[3]))
+
     def module_attr(self, env: ModuleEnv, name: str, interp: Interpreter) -> Any:
         if name in env.globals:
-            return env.globals[name]
+            return realized(env.globals[name], interp)
         sub = f"{env.name}.{name}"
         if self.module_exists(sub):
             return ModuleRef(sub)
@@ -242,7 +335,7 @@ class Project:
         exported = env.globals.get("__all__")
         if isinstance(exported, (list, tuple)) and all(isinstance(x, str) for x in exported):
             return {n: self.module_attr(env, n, interp) for n in exported}
-        return {k: v for k, v in env.globals.items() if not k.startswith("_")}
+        return {k: realized(v, interp) for k, v in env.globals.items() if not k.startswith("_")}
 
     def import_value(self, name: str, importer: ModuleEnv, interp: Interpreter) -> Any:
         key = self._find_user(name, importer)
@@ -395,7 +488,7 @@ def mixed_precision_preset(interp: Interpreter, name: str, loc: list[int] | None
     env = interp.project.load_module(MIXED_PRECISION_MODULE, interp)
     if env is None:
         return Unknown("mixed-precision presets are not in the library summary")
-    fn = env.globals.get(name.replace("-", "_"))
+    fn = realized(env.globals.get(name.replace("-", "_")), interp)
     if not isinstance(fn, Func) or fn.name.startswith("_"):
         return Unknown(f"unknown mixed-precision preset {name!r}")
     return interp.call_func(fn, [], [], loc or fn.loc)

@@ -14,6 +14,8 @@ from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import Unknown
 
 if TYPE_CHECKING:
+    from mbmem_lint.resolve.interpreter import Interpreter
+    from mbmem_lint.resolve.project import ModuleEnv
     from mbmem_lint.resolve.schema import ClassSchema
 
 
@@ -248,3 +250,50 @@ def is_known_external(module: str) -> bool:
     """Packages whose names stand for themselves (Bridge classes, torch dtypes, stdlib); any other
     unresolvable import is the user's own code that was not linted, so its names are unknown."""
     return module.split(".", 1)[0] in _KNOWN_EXTERNAL_ROOTS
+
+
+class Deferred:
+    """A library module's top-level ``NAME = ConfigClass(...)`` whose evaluation waits until NAME is read.
+
+    Megatron Bridge modules define presets their users rarely touch (``training/comm_overlap.py`` builds 19
+    ``TransformerLayerTPOverlapCfg`` objects at import, ~4 ms of a one-file check when a recipe only
+    imports ``CommOverlapConfig``). Only statements whose result cannot depend on when they run are
+    deferred (:meth:`Project.deferrable`): constructions of schema config classes from constants, the
+    classes bound once in the module and the name assigned once. The value is computed once, by the
+    statement itself in its module's frame, and the globals table keeps this object (a branch merge
+    compares the same object whether or not a path read it)."""
+
+    __slots__ = ("env", "stmt", "state", "value")
+
+    def __init__(self, env: ModuleEnv, stmt: list[Any]) -> None:
+        self.env = env
+        self.stmt = stmt
+        self.state = "new"  # new → running → done
+        self.value: Any = None
+
+    def get(self, interp: Interpreter) -> Any:
+        if self.state == "done":
+            return self.value
+        if self.state == "running":
+            return Unknown("a module-level value that refers to itself")
+        from mbmem_lint.resolve.interpreter import Frame
+
+        self.state = "running"
+        frame = Frame(self.env, None, None)
+        frame.cur = self.stmt[-1]
+        may_total, interp.may_total = interp.may_total, 0  # the statement runs unconditionally, as at import
+        interp.stack.append(frame)
+        try:
+            value = interp.eval(self.stmt[2])
+            if isinstance(value, Obj) and value.label is None:
+                value.label = self.stmt[1][0][1]  # as Interpreter.assign labels a module-level preset
+        finally:
+            interp.stack.pop()
+            interp.may_total = may_total
+        self.value, self.state = value, "done"
+        return value
+
+
+def realized(value: Any, interp: Interpreter) -> Any:
+    """A globals-table value as the module's code sees it (a :class:`Deferred` is evaluated)."""
+    return value.get(interp) if type(value) is Deferred else value
