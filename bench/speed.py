@@ -433,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                 cases["fixit"] = bench(Case("fixit", "fixit lint <copy of corpus>",
                                             [str(venv_bin("fixit")), "lint", *map(str, copy_dirs)], str(work)),
                                        fixit_n, {0, 1}, sample_tree=True, check=fixit_check)
-                cases["fixit"].notes.append(f"ran on a copy: {str(exc).splitlines()[0]}")
+                first = str(exc).splitlines()[0].rstrip(":")
+                cases["fixit"].notes.append(f"ran on a copy outside the repository (on the corpus itself, {first})")
             cases["fixit_version"] = bench(Case("fixit_version", "fixit --version",
                                                 [str(venv_bin("fixit")), "--version"], str(work)), n, {0},
                                            warmup=True)
