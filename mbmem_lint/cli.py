@@ -17,7 +17,7 @@ import sys
 import click
 
 from mbmem_lint import __version__
-from mbmem_lint.commands.common import EXIT_CLEAN, EXIT_FINDINGS, PROG, echo
+from mbmem_lint.commands.common import CONTEXT_SETTINGS, EXIT_CLEAN, EXIT_FINDINGS, HELP_OPTIONS, PROG, echo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -36,7 +36,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("mbmem_lint.commands.dev", "dev"),
 }
 DEFAULT_COMMAND = "check"
-HELP_OPTIONS = ("-h", "--help")
 
 
 class LazyGroup(click.Group):
@@ -61,7 +60,7 @@ class LazyGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": list(HELP_OPTIONS)})
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s, version %(version)s",
                       help="Show the version and exit.")
 def cli() -> None:

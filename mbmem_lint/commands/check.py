@@ -7,6 +7,7 @@ import sys
 import click
 
 from mbmem_lint.commands.common import (
+    CONTEXT_SETTINGS,
     EXIT_FINDINGS,
     bridge_notice,
     bridge_options,
@@ -21,7 +22,7 @@ from mbmem_lint.commands.common import (
 FORMATS = ("text", "json", "github", "sarif", "markdown")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+@click.command(context_settings=CONTEXT_SETTINGS,
                short_help="Lint recipe files and YAML overrides (the default command).")
 @click.argument("paths", nargs=-1, required=True, metavar="PATHS... | FILE::FUNCTION")
 @format_option(FORMATS, None, "Output format (default: text; github inside GitHub Actions).")

@@ -19,6 +19,9 @@ if TYPE_CHECKING:  # annotations only
 
 PROG = "mbmem-lint"
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+HELP_OPTIONS = ("-h", "--help")
+# Every command and group accepts -h as well as --help (also when a test invokes a command on its own).
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": list(HELP_OPTIONS)}
 
 
 class Failure(click.ClickException):

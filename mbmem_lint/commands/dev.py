@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from mbmem_lint.commands.common import EXIT_CLEAN, EXIT_FINDINGS, echo
+from mbmem_lint.commands.common import CONTEXT_SETTINGS, EXIT_CLEAN, EXIT_FINDINGS, echo
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+@click.group(context_settings=CONTEXT_SETTINGS,
              short_help="Maintainer commands: shipped data, rule docs.")
 def dev() -> None:
     """Maintainer commands: regenerate shipped data from the pinned wheels, rule docs."""
 
 
-@dev.command(context_settings={"help_option_names": ["-h", "--help"]},
+@dev.command(context_settings=CONTEXT_SETTINGS,
              short_help="Regenerate the shipped schema, model table and library summary of a release.")
 @click.option("--version", "version", metavar="X.Y.Z", default=None,
               help="Megatron Bridge release to regenerate (a shipped one; default: the newest).")
@@ -50,7 +50,7 @@ def regenerate(version: str | None, check_only: bool, corpus: str | None) -> int
     return EXIT_CLEAN
 
 
-@dev.command(context_settings={"help_option_names": ["-h", "--help"]})
+@dev.command(context_settings=CONTEXT_SETTINGS)
 def docs() -> int:
     """Regenerate docs/rules from the rule catalog."""
     from pathlib import Path

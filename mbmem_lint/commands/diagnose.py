@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from mbmem_lint.commands.common import (
+    CONTEXT_SETTINGS,
     EXIT_CLEAN,
     EXIT_FINDINGS,
     echo,
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+@click.command(context_settings=CONTEXT_SETTINGS,
                short_help="Diagnose OOMs and known failures from training logs.")
 @click.argument("logs", nargs=-1, required=True, metavar="LOG...")
 @click.option("--recipe", metavar="FILE::FUNCTION",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mbmem_lint.commands.common import (
+    CONTEXT_SETTINGS,
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+@click.command(context_settings=CONTEXT_SETTINGS,
                short_help="Estimate per-rank memory of every pipeline stage against the GPU.")
 @click.argument("path", metavar="PATH[::FUNCTION]")
 @target_options

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mbmem_lint.commands.common import (
+    CONTEXT_SETTINGS,
     EXIT_CLEAN,
     EXIT_ERROR,
     bridge_notice,
@@ -56,7 +57,7 @@ def resolve_targets(paths: tuple[str, ...], function: str | None, gpu: str | Non
     return run, settings
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+@click.command(context_settings=CONTEXT_SETTINGS,
                short_help="Show the effective config of each recipe, with where each value was set.")
 @click.argument("paths", nargs=-1, required=True, metavar="PATH[::FUNCTION]...")
 @click.option("--function", help="Only this recipe function (or use FILE::FUNCTION).")

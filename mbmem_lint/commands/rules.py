@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from mbmem_lint.commands.common import EXIT_CLEAN, echo, fail, format_option
+from mbmem_lint.commands.common import CONTEXT_SETTINGS, EXIT_CLEAN, echo, fail, format_option
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+@click.command(context_settings=CONTEXT_SETTINGS,
                short_help="List every rule: code, name, severity, fixable, summary.")
 @format_option(("text", "json"), "text", "Output format.")
 def rules(fmt: str) -> int:
@@ -23,7 +23,7 @@ def rules(fmt: str) -> int:
     return EXIT_CLEAN
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("code", metavar="CODE")
 def rule(code: str) -> int:
     """Explain one rule (MBM123 or its name)."""

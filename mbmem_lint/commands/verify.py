@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from mbmem_lint.commands.common import (
+    CONTEXT_SETTINGS,
     EXIT_CLEAN,
     EXIT_FINDINGS,
     bridge_notice,
@@ -22,7 +23,7 @@ from mbmem_lint.commands.common import (
 )
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+@click.command(context_settings=CONTEXT_SETTINGS,
                short_help="Build recipes for real (EXECUTES them) and compare with the static view.")
 @click.argument("paths", nargs=-1, required=True, metavar="FILE[::FUNCTION]...")
 @click.option("--python", "python", metavar="PATH",
