@@ -284,13 +284,11 @@ class ModelTable:
     """Architectures by HF id: pyproject entries, the bundled table, then the HF cache (looked up lazily, each
     once). Lookups never raise: a file that cannot be used makes its id unknown, with the reason."""
 
-    def __init__(self, bundled: Mapping[str, ModelEntry] | None, unmapped: dict[str, str] | None = None,
-                 user: dict[str, str] | None = None, root: Path | None = None,
+    def __init__(self, user: dict[str, str] | None = None, root: Path | None = None,
                  cache_dirs: list[Path] | None = None, schema: Schema | None = None) -> None:
-        # None: the bundled table is opened on the first lookup (a recipe that names no HF id never opens
-        # it), and each entry is decoded when its id is looked up.
-        self._bundled = bundled
-        self._unmapped = dict(unmapped or {}) if bundled is not None else unmapped
+        # The bundled table is opened on the first lookup (a recipe that names no HF id never opens it), and
+        # each entry is decoded when its id is looked up.
+        self._bundled: tuple[Mapping[str, ModelEntry], dict[str, str]] | None = None
         self.user = dict(user or {})
         self.root = root
         self.cache_dirs = cache_dirs if cache_dirs is not None else hf_cache_dirs()
@@ -298,17 +296,19 @@ class ModelTable:
         self._found: dict[tuple[str, str | None], ModelEntry | None] = {}
         self._why: dict[tuple[str, str | None], str] = {}
 
-    @property
-    def bundled(self) -> Mapping[str, ModelEntry]:
+    def _bundled_table(self) -> tuple[Mapping[str, ModelEntry], dict[str, str]]:
         if self._bundled is None:
-            self._bundled, self._unmapped = _bundled_entries()
+            self._bundled = _bundled_entries()
         return self._bundled
 
     @property
+    def bundled(self) -> Mapping[str, ModelEntry]:
+        return self._bundled_table()[0]
+
+    @property
     def unmapped(self) -> dict[str, str]:
-        if self._unmapped is None:
-            self._bundled, self._unmapped = _bundled_entries()
-        return self._unmapped
+        """Bundled ids whose config Bridge cannot convert, with the reason."""
+        return self._bundled_table()[1]
 
     # Mapping-like access (bench/differential_check.py lists the table).
     def __contains__(self, hf_id: object) -> bool:
@@ -390,7 +390,7 @@ def load_model_table(user_models: dict[str, str] | None = None, root: Path | Non
                      cache_dirs: list[Path] | None = None) -> ModelTable:
     """The bundled table plus user entries ``{"org/name": "path/to/config.json" or folder}`` (relative to
     ``root``) and the HF cache. User entries replace bundled ones of the same id."""
-    return ModelTable(None, None, user_models, root, cache_dirs)
+    return ModelTable(user_models, root, cache_dirs)
 
 
 class _BundledEntries(Mapping[str, ModelEntry]):
