@@ -19,6 +19,7 @@ from typing import Any
 
 from mbmem_lint.estimate.types import Estimate
 from mbmem_lint.records import dataclass, field
+from mbmem_lint.report.common import fmt_gib
 from mbmem_lint.resolve.resolved import ResolvedRecipe, is_known
 from mbmem_lint.settings import Settings
 
@@ -44,20 +45,23 @@ class BaseIndex:
     repo: Path  # repository root of the working tree (head recipes are keyed relative to it)
     threshold: float
     recipes: dict[RecipeKey, BaseRecipe] = field(default_factory=dict)
-    compared_files: set[str] = field(default_factory=set)
 
     def key_for(self, recipe: ResolvedRecipe) -> RecipeKey | None:
-        from mbmem_lint.gitrev import relative_to_root
-
-        rel = relative_to_root(recipe.path, self.repo)
-        if rel is None:
-            return None
-        overrides = tuple(relative_to_root(o, self.repo) or o for o in recipe.overrides)
-        return rel, recipe.function, overrides
+        return _recipe_key(recipe, self.repo)
 
     def lookup(self, recipe: ResolvedRecipe) -> BaseRecipe | None:
         key = self.key_for(recipe)
         return self.recipes.get(key) if key is not None else None
+
+
+def _recipe_key(recipe: ResolvedRecipe, root: Path) -> RecipeKey | None:
+    """(file, function, override files) relative to ``root``; None for a recipe outside it."""
+    from mbmem_lint.gitrev import relative_to_root
+
+    rel = relative_to_root(recipe.path, root)
+    if rel is None:
+        return None
+    return rel, recipe.function, tuple(relative_to_root(o, root) or o for o in recipe.overrides)
 
 
 def _peak_stage(est: Estimate) -> Any:
@@ -69,14 +73,17 @@ def _component_key(name: str) -> str:
     return name.split(" (")[0].strip()
 
 
+def _bytes_by_component(est: Estimate) -> dict[str, int]:
+    """The peak stage's bytes per component name (figures dropped, so head and base names match)."""
+    out: dict[str, int] = {}
+    for c in _peak_stage(est).components:
+        out[_component_key(c.name)] = out.get(_component_key(c.name), 0) + c.bytes
+    return out
+
+
 def grown_components(before: Estimate, after: Estimate) -> list[tuple[str, int]]:
     """(component, growth) of the peak stage, largest first (components only on the head side count whole)."""
-    old: dict[str, int] = {}
-    for c in _peak_stage(before).components:
-        old[_component_key(c.name)] = old.get(_component_key(c.name), 0) + c.bytes
-    new: dict[str, int] = {}
-    for c in _peak_stage(after).components:
-        new[_component_key(c.name)] = new.get(_component_key(c.name), 0) + c.bytes
+    old, new = _bytes_by_component(before), _bytes_by_component(after)
     out = [(k, v - old.get(k, 0)) for k, v in new.items() if v - old.get(k, 0) > 0]
     return sorted(out, key=lambda kv: -kv[1])
 
@@ -90,7 +97,6 @@ def build_base_index(tree: Path, repo: Path, rel_paths: list[str], head_settings
     from mbmem_lint.estimate.gpus import UnknownGpuError
     from mbmem_lint.estimate.types import EstimateUnavailable
     from mbmem_lint.fingerprint import estimate_inputs
-    from mbmem_lint.gitrev import relative_to_root
     from mbmem_lint.pipeline import resolve_paths
     from mbmem_lint.settings import SettingsError, load_settings
 
@@ -108,17 +114,15 @@ def build_base_index(tree: Path, repo: Path, rel_paths: list[str], head_settings
     except MissingPathError:
         return index
     for r in run.recipes:
-        rel = relative_to_root(r.path, tree)
-        if rel is None:
+        key = _recipe_key(r, tree)
+        if key is None:
             continue
-        key: RecipeKey = (rel, r.function, tuple(relative_to_root(o, tree) or o for o in r.overrides))
         try:
             est = estimate_recipe(r, gpu=options.gpu, world_size=options.world_size)
             inputs = estimate_inputs(r, options.gpu, options.world_size)
             index.recipes[key] = BaseRecipe(key, est, inputs)
         except (EstimateUnavailable, UnknownGpuError) as exc:
             index.recipes[key] = BaseRecipe(key, None, unavailable=str(exc))
-        index.compared_files.add(rel)
     return index
 
 
@@ -154,10 +158,6 @@ def base_index_for_revision(paths: list[str], settings: Settings, options: Any, 
     return index
 
 
-def _fmt(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
 def _show(value: Any) -> str:
     text = repr(value) if is_known(value) else "unknown"
     return text if len(text) <= 40 else text[:37] + "..."
@@ -175,8 +175,7 @@ class Regression:
     changed: list[str]  # every changed value the estimate reads
 
 
-def find_regression(recipe: ResolvedRecipe, base: BaseRecipe, threshold: float,
-                    gpu: str | None = None, world_size: int | None = None) -> Regression | None:
+def find_regression(recipe: ResolvedRecipe, base: BaseRecipe, threshold: float) -> Regression | None:
     """The regression of ``recipe`` against its base twin, None when the peak grew by ``threshold`` or less."""
     from mbmem_lint.estimate.api import estimate_recipe
     from mbmem_lint.estimate.types import EstimateUnavailable
@@ -185,7 +184,7 @@ def find_regression(recipe: ResolvedRecipe, base: BaseRecipe, threshold: float,
     if base.estimate is None:
         return None
     try:
-        after = estimate_recipe(recipe, gpu=gpu, world_size=world_size)
+        after = estimate_recipe(recipe)
     except EstimateUnavailable:
         return None
     before = base.estimate
@@ -194,7 +193,7 @@ def find_regression(recipe: ResolvedRecipe, base: BaseRecipe, threshold: float,
     growth = (after.peak_bytes - before.peak_bytes) / before.peak_bytes
     if growth <= threshold:
         return None
-    head_inputs = estimate_inputs(recipe, gpu, world_size)
+    head_inputs = estimate_inputs(recipe, None, None)
     changed = sorted(p for p in set(head_inputs) | set(base.inputs)
                      if _canonical(head_inputs.get(p)) != _canonical(base.inputs.get(p)))
     causes: list[tuple[str, Any, Any, int]] = []
@@ -203,7 +202,7 @@ def find_regression(recipe: ResolvedRecipe, base: BaseRecipe, threshold: float,
         if not is_known(old):
             continue
         try:
-            reverted = estimate_recipe(recipe, gpu=gpu, world_size=world_size, overrides={path: old})
+            reverted = estimate_recipe(recipe, overrides={path: old})
         except EstimateUnavailable:
             continue
         saved = after.peak_bytes - reverted.peak_bytes
@@ -215,16 +214,16 @@ def find_regression(recipe: ResolvedRecipe, base: BaseRecipe, threshold: float,
 
 def regression_message(reg: Regression, label: str, threshold: float, line_causes: list[tuple[str, Any, Any, int]]) -> str:
     before, after = reg.before, reg.after
-    head = (f"memory regression: the peak stage needs {_fmt(after.peak_bytes)} per rank on {after.gpu.name} (stage "
-            f"{after.peak_stage}), {_fmt(before.peak_bytes)} at {label} (stage {before.peak_stage}): "
+    head = (f"memory regression: the peak stage needs {fmt_gib(after.peak_bytes)} per rank on {after.gpu.name} (stage "
+            f"{after.peak_stage}), {fmt_gib(before.peak_bytes)} at {label} (stage {before.peak_stage}): "
             f"+{reg.growth * 100:.1f}%, above the {threshold * 100:g}% threshold")
     if line_causes:
         head += "; changed here: " + ", ".join(
-            f"{p} {_show(old)} -> {_show(new)} (+{_fmt(saved)} of the peak)" for p, old, new, saved in line_causes)
+            f"{p} {_show(old)} -> {_show(new)} (+{fmt_gib(saved)} of the peak)" for p, old, new, saved in line_causes)
     elif reg.changed:
         head += "; no single changed value explains it alone (changed: " + ", ".join(reg.changed[:6]) + ")"
     if reg.components:
-        head += "; grew: " + ", ".join(f"{name} +{_fmt(b)}" for name, b in reg.components[:3])
+        head += "; grew: " + ", ".join(f"{name} +{fmt_gib(b)}" for name, b in reg.components[:3])
     return head
 
 
@@ -248,18 +247,18 @@ def regression_rows(index: BaseIndex, estimates: list[dict[str, Any]]) -> list[d
     return rows
 
 
-def base_estimates(index: BaseIndex, recipes: list[ResolvedRecipe]) -> dict[int, dict[str, Any] | None]:
-    """``estimate --base``: for each head recipe (by ``id``), its base estimate as JSON with the revision and
-    the peak's growth; None when the recipe did not exist (or could not be estimated) at the revision."""
+def base_estimates(index: BaseIndex, estimated: list[tuple[ResolvedRecipe, Estimate]]
+                   ) -> dict[int, dict[str, Any] | None]:
+    """``estimate --base``: for each head recipe (by ``id``) and its estimate, the base estimate as JSON with
+    the revision and the peak's growth; None when the recipe did not exist (or could not be estimated) at
+    the revision."""
     out: dict[int, dict[str, Any] | None] = {}
-    for r in recipes:
+    for r, head in estimated:
         b = index.lookup(r)
         if b is None or b.estimate is None:
             out[id(r)] = None
             continue
-        from mbmem_lint.estimate.api import estimate_recipe
-
-        after = estimate_recipe(r).peak_bytes
+        after = head.peak_bytes
         before = b.estimate.peak_bytes
         out[id(r)] = {"revision": index.label, **b.estimate.to_json(),
                       "growth": (after - before) / before if before else None}

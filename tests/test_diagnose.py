@@ -146,7 +146,7 @@ def test_expandable_segments_already_on_means_capacity(tmp_path: Path) -> None:
     assert scan.alloc_conf == "expandable_segments:True"
     from mbmem_lint.diagnose.report import run_diagnose
 
-    rep = run_diagnose([], None, scan=scan)
+    rep = run_diagnose(scan)
     assert rep.diagnoses[0].cls == "capacity" and "already on" in rep.diagnoses[0].message
 
 
@@ -161,7 +161,7 @@ def test_one_stage_imbalance(tmp_path: Path) -> None:
     scan = scan_logs([_write(tmp_path, "a.log", *lines)])
     from mbmem_lint.diagnose.report import run_diagnose
 
-    rep = run_diagnose([], None, scan=scan)
+    rep = run_diagnose(scan)
     d = rep.diagnoses[0]
     assert rep.context.layout is not None and rep.context.layout.pp == 4
     assert d.cls == "imbalance" and d.stage == 0

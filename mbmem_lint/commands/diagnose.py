@@ -59,7 +59,7 @@ def diagnose(logs: tuple[str, ...], recipe: str | None, gpu: str | None, world_s
     settings: Any = None
     if recipe is not None:
         resolved, settings, ctx, extra = _recipe(recipe, scan, gpu, world_size, set_items)
-    report = run_diagnose(list(logs), ctx, scan=scan)
+    report = run_diagnose(scan, ctx)
     report.notes[:0] = extra
     if record:
         _record(report, resolved, settings, measurements_file, list(logs))
@@ -103,21 +103,19 @@ def _record(report: Any, recipe: Any, settings: Any, path: str | None, logs: lis
 
     from mbmem_lint import __version__
     from mbmem_lint.diagnose import measurements as M
-    from mbmem_lint.fingerprint import config_fingerprint
 
     est = report.context.estimate
     if not report.comparison or not any(c.measured_max_allocated_bytes for c in report.comparison):
         fail("nothing to record: no Megatron memory report in the logs could be mapped to a pipeline stage")
-    target = Path(path) if path else Path(settings.measurements)
-    if not target.is_absolute() and path is None:
-        target = (settings.root or Path.cwd()) / target
+    target = M.file_for(settings, path)
     reports = report.scan.peak_reports()
     iteration = max((r.where.iteration or 0 for r in reports.values()), default=None) or None
+    key = M.recipe_key(settings, recipe, est.gpu.name, est.world_size)
     row = M.row(
-        recipe=f"{settings.relative(recipe.path)}::{recipe.function}",
+        recipe=key.recipe,
         overrides=[settings.relative(o) for o in recipe.overrides],
         gpu=est.gpu.name, world_size=est.world_size,
-        fingerprint=config_fingerprint(recipe, est.gpu.name, est.world_size),
+        fingerprint=key.fingerprint,
         logs=[Path(p).name for p in logs], stages=[c.to_json() for c in report.comparison],
         iteration=iteration, oom=bool(report.scan.ooms),
         throughput=report.scan.last_throughput.to_json() if report.scan.last_throughput else None,

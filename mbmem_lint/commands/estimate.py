@@ -66,7 +66,7 @@ def estimate(path: str, gpu: str | None, world_size: int | None, recipe: str | N
         if not est.fits:
             status = max(status, EXIT_FINDINGS)
         outputs.append((r, est))
-    bases = _bases(path, settings, gpu, world_size, set_items, base_rev, [r for r, _ in outputs])
+    bases = _bases(path, settings, gpu, world_size, set_items, base_rev, outputs)
     measured = _measured(settings, measurements_file, outputs)
     if fmt == "json":
         data = [e.to_json() for _, e in outputs]
@@ -86,8 +86,8 @@ def estimate(path: str, gpu: str | None, world_size: int | None, recipe: str | N
 
 
 def _bases(path: str, settings: Any, gpu: str | None, world_size: int | None, set_items: tuple[str, ...],
-           rev: str | None, recipes: list[Any]) -> dict[int, Any]:
-    if rev is None or not recipes:
+           rev: str | None, outputs: list[Any]) -> dict[int, Any]:
+    if rev is None or not outputs:
         return {}
     from mbmem_lint.commands.common import resolve_options, split_target
     from mbmem_lint.gitrev import RevisionError
@@ -99,7 +99,7 @@ def _bases(path: str, settings: Any, gpu: str | None, world_size: int | None, se
         index = base_index_for_revision([file_part], settings, options, rev, only_changed=False)
     except RevisionError as exc:
         fail(f"--base: {exc}")
-    return base_estimates(index, recipes)
+    return base_estimates(index, outputs)
 
 
 def _measured(settings: Any, explicit: str | None, outputs: list[Any]) -> dict[int, Any]:

@@ -71,7 +71,6 @@ class LogReader:
     def __init__(self, path: str) -> None:
         self.path = path
         self.notes: list[str] = []
-        self.lines_read = 0
         self.compressed = False
         self._raw: BinaryIO | None = None
 
@@ -127,7 +126,6 @@ class LogReader:
                 raise LogReadError(f"{self.path}: not a text log (binary content inside gzip)")
             lineno += 1  # a piece of an over-long line counts as a line of its own
             yield from self._lines(chunk, lineno)
-        self.lines_read = lineno
 
     def _lines(self, chunk: bytes, lineno: int) -> Iterator[LogLine]:
         text = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -139,8 +137,3 @@ class LogReader:
                 continue
             body, task, rank, local = split_prefixes(piece)
             yield LogLine(self.path, lineno, body, task, rank, local)
-
-
-def read_log(path: str) -> Iterator[LogLine]:
-    """The lines of ``path`` (:class:`LogReadError` when it cannot be read at all)."""
-    return iter(LogReader(path))

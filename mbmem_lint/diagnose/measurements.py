@@ -31,7 +31,6 @@ from typing import Any
 from mbmem_lint.records import dataclass
 
 SCHEMA = "mbmem-lint/measurements/1"
-DEFAULT_PATH = ".mbmem-lint/measurements.json"
 
 
 class MeasurementsError(Exception):
@@ -87,10 +86,6 @@ def key_of(row: dict[str, Any]) -> MeasurementKey | None:
 def matching(rows: list[dict[str, Any]], key: MeasurementKey) -> list[dict[str, Any]]:
     """Rows recorded for exactly this recipe, GPU and configuration, oldest first."""
     return [r for r in rows if key_of(r) == key]
-
-
-def default_path(root: Path | None) -> Path:
-    return (root or Path.cwd()) / DEFAULT_PATH
 
 
 def row(*, recipe: str, overrides: list[str], gpu: str, world_size: int | None, fingerprint: str, logs: list[str],

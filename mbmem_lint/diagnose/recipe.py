@@ -9,7 +9,6 @@ from typing import Any
 from mbmem_lint.diagnose.classify import RunContext, Suggestion
 from mbmem_lint.diagnose.compare import layout_from_estimate
 from mbmem_lint.diagnose.scan import ScanResult
-from mbmem_lint.estimate.types import Estimate
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import ResolvedRecipe, is_known
 
@@ -25,7 +24,6 @@ class RecipeContext:
     """The resolved recipe, its estimate on the run's target and the diagnosis context built from them."""
 
     recipe: ResolvedRecipe
-    estimate: Estimate
     context: RunContext
     notes: list[str] = field(default_factory=list)
 
@@ -85,4 +83,4 @@ def recipe_context(recipe: ResolvedRecipe, scan: ScanResult, gpu: str | None, wo
         cuda_graphs=graphs not in (None, "none") if is_known(recipe.get("model.cuda_graph_impl")) else None,
         recipe=f"{recipe.path}::{recipe.function}",
     )
-    return RecipeContext(recipe, est, ctx, notes + list(est.assumptions[:1]))
+    return RecipeContext(recipe, ctx, notes + list(est.assumptions[:1]))

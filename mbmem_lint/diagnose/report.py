@@ -7,13 +7,11 @@ from typing import Any
 
 from mbmem_lint.diagnose.classify import Diagnosis, RunContext, Suggestion, diagnose, gib
 from mbmem_lint.diagnose.compare import (
-    Layout,
     StageComparison,
     compare,
-    layout_from_estimate,
     layout_from_log,
 )
-from mbmem_lint.diagnose.scan import ScanResult, scan_logs
+from mbmem_lint.diagnose.scan import ScanResult
 from mbmem_lint.records import dataclass, field
 
 
@@ -52,10 +50,8 @@ class DiagnoseReport:
         }
 
 
-def run_diagnose(paths: list[str], ctx: RunContext | None = None, scan: ScanResult | None = None) -> DiagnoseReport:
-    """Scan ``paths`` (unless ``scan`` is their scan already) and diagnose (``LogReadError`` propagates:
-    the caller exits 2)."""
-    scan = scan if scan is not None else scan_logs(paths)
+def run_diagnose(scan: ScanResult, ctx: RunContext | None = None) -> DiagnoseReport:
+    """Diagnose the scanned logs (and compare them with the recipe's estimate when ``ctx`` has one)."""
     ctx = ctx or RunContext()
     notes: list[str] = []
     if ctx.layout is None:
@@ -74,11 +70,6 @@ def run_diagnose(paths: list[str], ctx: RunContext | None = None, scan: ScanResu
     if scan.reports and all(r.where.rank is None for r in scan.reports):
         notes.append("memory reports carry no rank")
     return DiagnoseReport(scan, diagnose(scan, ctx), ctx, comparison, notes)
-
-
-def layout_for(est: Any, tp_pp_dp: bool) -> Layout | None:
-    layout = layout_from_estimate(est, tp_pp_dp)
-    return layout if layout.known else None
 
 
 def _suggestion_line(s: Suggestion) -> str:

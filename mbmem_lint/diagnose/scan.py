@@ -141,7 +141,6 @@ class ScanResult:
     iteration_lines: int = 0
     lines: int = 0
     files: list[str] = field(default_factory=list)
-    local_ranks_per_task: int | None = None
 
     def events(self) -> list[Event]:
         out: list[Event] = [*self.ooms, *self.reports, *self.known]
@@ -373,7 +372,6 @@ class Scanner:
         located: list[OomEvent | KnownErrorEvent] = [*r.ooms, *r.known]
         if self._tasks_with_local and self._max_local >= 0:
             per = self._max_local + 1
-            r.local_ranks_per_task = per
             for ev in located:
                 w = ev.where
                 if w.rank is None and w.task is not None and w.local_rank is not None:
