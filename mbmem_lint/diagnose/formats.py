@@ -128,7 +128,7 @@ ALLOC_CONF = re.compile(r"PYTORCH_(?:CUDA_)?ALLOC_CONF\W{1,4}([\w:.,]*expandable
 # torchrun's tee ("[default3]:", role name + local rank, or a template such as "[3]:";
 # torch/distributed/elastic/multiprocessing/tail_log.py).
 SLURM_LABEL = re.compile(r"^(?:P\d+ )? *(\d+): ")
-TORCH_RANK = re.compile(r"^\[rank(\d+)\]: ?")
+# A global rank: torch's "[rank3]: " or torchrun's "[3]:".
+GLOBAL_RANK = re.compile(r"^\[(?:rank)?(\d+)\]: ?")
 TORCHRUN_LOCAL = re.compile(r"^\[([A-Za-z_][\w-]*?)(\d+)\]: ?")
-TORCHRUN_GLOBAL = re.compile(r"^\[(\d+)\]: ?")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

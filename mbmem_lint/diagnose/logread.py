@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from mbmem_lint.diagnose.formats import ANSI, SLURM_LABEL, TORCH_RANK, TORCHRUN_GLOBAL, TORCHRUN_LOCAL
+from mbmem_lint.diagnose.formats import ANSI, GLOBAL_RANK, SLURM_LABEL, TORCHRUN_LOCAL
 from mbmem_lint.records import dataclass
 
 MAX_LINE = 64 * 1024  # a longer line is read in pieces (a log line is never that long)
@@ -46,12 +46,7 @@ def split_prefixes(text: str) -> tuple[str, int | None, int | None, int | None]:
         task = int(m.group(1))
         text = text[m.end():]
     for _ in range(3):  # torchrun's tee and torch's excepthook can stack: "[default0]:[rank0]: ..."
-        m = TORCH_RANK.match(text)
-        if m:
-            rank = int(m.group(1))
-            text = text[m.end():]
-            continue
-        m = TORCHRUN_GLOBAL.match(text)
+        m = GLOBAL_RANK.match(text)
         if m:
             rank = int(m.group(1))
             text = text[m.end():]

@@ -212,18 +212,22 @@ def _float(text: str | None) -> float | None:
         return None
 
 
+def _scaled(text: str | None, unit: float) -> int | None:
+    """A printed figure in bytes (``unit``: bytes per printed unit), None when it is not a number."""
+    v = _float(text)
+    return None if v is None else int(round(v * unit))
+
+
 def parse_report(text: str) -> tuple[int, str, str, dict[str, Any]] | None:
     """(rank, source, label, figures) of a ``report_memory`` line, None when the line is not one."""
     if "memory (" not in text or "[Rank " not in text:
         return None
     m = F.MCORE_REPORT.search(text)
     if m:
-        mib = 1024.0 * 1024.0
         groups = m.groups()
 
         def b(i: int) -> int | None:
-            v = _float(groups[i - 1])
-            return None if v is None else int(round(v * mib))
+            return _scaled(groups[i - 1], 1024.0 * 1024.0)
 
         return int(m.group(1)), "megatron-core", m.group(2).strip(), {
             "allocated_bytes": b(3), "max_allocated_bytes": b(4), "reserved_bytes": b(5),
@@ -233,8 +237,7 @@ def parse_report(text: str) -> tuple[int, str, str, dict[str, Any]] | None:
         pairs = {k: v.strip() for k, v in F.BRIDGE_PAIR.findall(m.group(3))}
 
         def gb(key: str) -> int | None:
-            v = _float(pairs.get(key))
-            return None if v is None else int(round(v * 1e9))
+            return _scaled(pairs.get(key), 1e9)
 
         retries = _float(pairs.get("mem-alloc-retires"))
         return int(m.group(1)), "megatron-bridge", m.group(2).strip(), {
