@@ -64,10 +64,6 @@ def _recipe_key(recipe: ResolvedRecipe, root: Path) -> RecipeKey | None:
     return rel, recipe.function, tuple(relative_to_root(o, root) or o for o in recipe.overrides)
 
 
-def _peak_stage(est: Estimate) -> Any:
-    return next(s for s in est.stages if s.pp_rank == est.peak_stage)
-
-
 def _component_key(name: str) -> str:
     """A component's name without the figures in it ("activations (32 layers x 4 microbatches)")."""
     return name.split(" (")[0].strip()
@@ -76,7 +72,7 @@ def _component_key(name: str) -> str:
 def _bytes_by_component(est: Estimate) -> dict[str, int]:
     """The peak stage's bytes per component name (figures dropped, so head and base names match)."""
     out: dict[str, int] = {}
-    for c in _peak_stage(est).components:
+    for c in est.peak.components:
         out[_component_key(c.name)] = out.get(_component_key(c.name), 0) + c.bytes
     return out
 

@@ -157,7 +157,8 @@ def _stage_peaks(scan: ScanResult, layout: Layout) -> dict[int, int]:
     return out
 
 
-def _imbalance(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set[int]) -> tuple[int | None, str] | None:
+def _imbalance(ev: OomEvent, ctx: RunContext, oom_ranks: set[int],
+               peaks: dict[int, int]) -> tuple[int | None, str] | None:
     """(stage, why) when this rank's stage peaks well above the others that keep headroom."""
     layout = ctx.layout
     cap = ev.capacity_bytes
@@ -169,7 +170,6 @@ def _imbalance(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set[i
     oom_stages = {layout.stage_of(r) for r in oom_ranks}
     if len(oom_stages) > 1:
         return None  # several stages ran out: the whole job is short of memory
-    peaks = _stage_peaks(scan, layout)
     own = max(peaks.get(stage, 0), (ev.allocated_bytes or 0) + (ev.requested_bytes or 0))
     others = {s: p for s, p in peaks.items() if s != stage}
     if others:
@@ -193,7 +193,7 @@ def _why_stage(stage: int, ctx: RunContext) -> tuple[str, list[Suggestion]]:
     est = ctx.estimate
     why = ""
     if est is not None:
-        heavy = next((s for s in est.stages if s.pp_rank == stage), None)
+        heavy = est.stage(stage)
         others = [s for s in est.stages if s.pp_rank != stage]
         if heavy is not None and others:
             diffs = []
@@ -220,7 +220,9 @@ def _why_stage(stage: int, ctx: RunContext) -> tuple[str, list[Suggestion]]:
     return reason + why, sugg
 
 
-def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set[int]) -> Diagnosis:
+def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set[int],
+                 stage_peaks: dict[int, int]) -> Diagnosis:
+    """``oom_ranks``: every rank that ran out of memory; ``stage_peaks``: the measured peak per stage."""
     w = ev.where
     who, when = _rank_text(w), _when(w)
     stage = ctx.layout.stage_of(w.rank) if ctx.layout is not None else None
@@ -257,7 +259,7 @@ def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set
         msg = (f"fragmentation: {who}{when} {figures}{others}. The memory existed but not in one piece: set "
                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True first (no throughput cost), before any model change")
         return Diagnosis("fragmentation", w, msg, [EXPANDABLE_CODE], _expandable_suggestions(ctx), ev, stage)
-    imbalance = _imbalance(ev, scan, ctx, oom_ranks)
+    imbalance = _imbalance(ev, ctx, oom_ranks, stage_peaks)
     if imbalance is not None:
         st, evidence = imbalance
         reason, sugg = _why_stage(st if st is not None else -1, ctx)
@@ -266,7 +268,7 @@ def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set
     share = f" ({alloc / cap * 100:.0f}% of the GPU)" if alloc is not None and cap else ""
     msg = f"capacity: {who}{when} {figures}{share}{others}: the live tensors do not fit"
     if ctx.estimate is not None and stage is not None:
-        st_est = next((s for s in ctx.estimate.stages if s.pp_rank == stage), None)
+        st_est = ctx.estimate.stage(stage)
         if st_est is not None:
             msg += f"; the estimate for stage {stage} is {gib(estimated_allocated(st_est))} allocated"
     if ctx.capacity_suggestions is None:
@@ -293,7 +295,8 @@ def classify_known(ev: KnownErrorEvent) -> Diagnosis:
 
 def diagnose(scan: ScanResult, ctx: RunContext) -> list[Diagnosis]:
     """One diagnosis per OOM event (per rank and message) and per known failure, in log order."""
-    oom_ranks = {o.where.rank for o in scan.ooms if o.where.rank is not None}
-    out = [classify_oom(o, scan, ctx, oom_ranks) for o in scan.ooms]
+    oom_ranks = scan.oom_ranks()
+    peaks = _stage_peaks(scan, ctx.layout) if ctx.layout is not None and ctx.layout.known else {}
+    out = [classify_oom(o, scan, ctx, oom_ranks, peaks) for o in scan.ooms]
     out += [classify_known(k) for k in scan.known]
     return sorted(out, key=lambda d: (d.where.file, d.where.line))

@@ -60,8 +60,7 @@ def run_diagnose(scan: ScanResult, ctx: RunContext | None = None) -> DiagnoseRep
         ctx.expandable_segments = "expandable_segments:True" in scan.alloc_conf.split(",")
     comparison = None
     if ctx.estimate is not None and ctx.layout is not None:
-        oom_ranks = {o.where.rank for o in scan.ooms if o.where.rank is not None}
-        comparison = compare(scan, ctx.estimate, ctx.layout, oom_ranks)
+        comparison = compare(scan, ctx.estimate, ctx.layout, scan.oom_ranks())
         if not scan.reports:
             notes.append("no Megatron memory report in the logs: nothing measured to compare with the estimate "
                          "(Megatron prints one after the first iterations; the log may end before)")

@@ -146,6 +146,10 @@ class ScanResult:
         out: list[Event] = [*self.ooms, *self.reports, *self.known]
         return sorted(out, key=lambda e: (e.where.file, e.where.line))
 
+    def oom_ranks(self) -> set[int]:
+        """The ranks that ran out of memory (where the log says which)."""
+        return {o.where.rank for o in self.ooms if o.where.rank is not None}
+
     def peak_reports(self) -> dict[int, MemoryReport]:
         """Per rank, the memory report with the highest ``max allocated`` (the run's peak so far)."""
         best: dict[int, MemoryReport] = {}
@@ -257,6 +261,7 @@ class Scanner:
         self._step: int | None = None  # iterations between consecutive iteration lines
         self._completed: int | None = None  # last iteration known complete (iteration line or report)
         self._oom_index: dict[tuple[Any, ...], OomEvent] = {}
+        self._ranks_with_figures: set[tuple[int | None, int | None, int | None]] = set()  # (rank, task, local)
         self._known_index: dict[tuple[Any, ...], KnownErrorEvent] = {}
         self._max_local = -1
         self._tasks_with_local = False
@@ -337,13 +342,14 @@ class Scanner:
         if seen is not None:
             seen.count += 1
             return
-        if fmt == "outside-allocator" and any(
-                o.where.rank == line.rank and o.where.task == line.task and o.where.local_rank == line.local_rank
-                and o.has_figures for o in self.result.ooms):
+        who = (line.rank, line.task, line.local_rank)
+        if fmt == "outside-allocator" and who in self._ranks_with_figures:
             return  # the same rank's allocator report already says more (NCCL/c10d echo the failure)
         event = OomEvent(self._where(line), fmt, text, exception=m.group(1) if m else None, **figures)
         if self._keep("oom", self.result.ooms, event):
             self._oom_index[key] = event
+            if event.has_figures:
+                self._ranks_with_figures.add(who)
 
     def _report(self, line: LogLine, rank: int, source: str, label: str, figures: dict[str, Any]) -> None:
         m = F.REPORT_ITERATION.search(label)

@@ -72,7 +72,7 @@ def render_markdown(est: Estimate) -> str:
     for st in est.stages:
         out.append(f"| {st.pp_rank} | {_gib(st.total_bytes)} | {_gib(st.allocated_bytes)} | "
                    f"`{_bar(st.total_bytes, usable, 20)}` |")
-    peak = next(s for s in est.stages if s.pp_rank == est.peak_stage)
+    peak = est.peak
     out += ["", f"Components of stage {peak.pp_rank}:", "", "| component | kind | bytes | fields |",
             "|---|---|---:|---|"]
     for c in sorted(peak.components, key=lambda c: -c.bytes):

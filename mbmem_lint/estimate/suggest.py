@@ -128,7 +128,7 @@ def capacity_findings(recipe: ResolvedRecipe, estimate: Estimate, margin: float 
     if estimate.has_headroom(margin):
         return []
     usable = estimate.gpu.usable_bytes
-    peak = next(s for s in estimate.stages if s.pp_rank == estimate.peak_stage)
+    peak = estimate.peak
     headroom = estimate.headroom_bytes
     # The fragmentation reserve is a risk allowance, not an allocation: Megatron Bridge PR #3107 shows a stage
     # that exceeds capacity only through fragmentation OOMing in 30-60% of runs, not in every run. So the error

@@ -86,8 +86,16 @@ class Estimate:
     uncertainty: float = 0.10
 
     @property
+    def peak(self) -> StageEstimate:
+        """The stage whose ranks need the most memory."""
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    @property
     def peak_stage(self) -> int:
-        return max(self.stages, key=lambda s: s.total_bytes).pp_rank
+        return self.peak.pp_rank
+
+    def stage(self, pp_rank: int) -> StageEstimate | None:
+        return next((s for s in self.stages if s.pp_rank == pp_rank), None)
 
     @property
     def peak_bytes(self) -> int:
