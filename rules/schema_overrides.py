@@ -271,26 +271,10 @@ def _target_names(module: str) -> set[str] | None:
         return None
     if not library.has_module(module):
         return None
-    names: set[str] = set()
-    todo: list[Any] = [library.module_body(module) or []]
-    while todo:
-        node = todo.pop()
-        if not isinstance(node, list) or not node:
-            continue
-        head = node[0]
-        if head in ("def", "class") and isinstance(node[1], str):
-            names.add(node[1])
-        elif head == "from" and len(node) > 3 and isinstance(node[3], list):
-            for item in node[3]:
-                if item[0] == "*":
-                    return None
-                names.add(item[1] or item[0])
-        elif head == "import" and isinstance(node[1], list):
-            names.update((item[1] or item[0]).split(".")[0] for item in node[1])
-        elif head == "assign" and isinstance(node[1], list):
-            names.update(t[1] for t in node[1] if isinstance(t, list) and t[:1] == ["n"])
-        todo.extend(x for x in node[1:] if isinstance(x, list))
-    return names
+    from mbmem_lint.resolve.project import top_level_bindings
+
+    counts = top_level_bindings(library.module_body(module) or [])
+    return set(counts) if counts is not None else None
 
 
 def _declared_classes(section: str) -> list[str] | None:

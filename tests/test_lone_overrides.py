@@ -143,3 +143,13 @@ def test_field_types_decide_only_what_the_annotation_says() -> None:
     assert accepts("Union[int, List[int]]", [1, 2]) is True and accepts("Union[int, List[int]]", "x") is False
     assert accepts("Optional[Tuple[int, int]]", 512) is None
     assert accepts("torch.dtype", "bf16") is True and accepts("Optional[Callable]", 3) is None
+
+
+def test_target_names_include_the_first_statement_and_star_imports(tmp_path: Path) -> None:
+    # megatron/bridge/perf_recipes/deepseek/__init__.py binds this name in its first statement, and
+    # recipes/deepseek/h100/__init__.py gets its recipe names by star-imports: neither lacks the name.
+    code, diags = _check(tmp_path, {"t.yaml": (
+        "optimizer:\n  _target_: megatron.bridge.perf_recipes.deepseek.deepseek_v3_pretrain_256gpu_b200_bf16_config\n"
+        "scheduler:\n  _target_: megatron.bridge.recipes.deepseek.h100.deepseek_v2_lite_pretrain_8gpu_h100_bf16_config\n"
+        "mixed_precision:\n  _target_: megatron.bridge.perf_recipes.deepseek.no_such_name\n")})
+    assert [(d["code"], d["line"]) for d in diags if d["code"] == "MBM606"] == [("MBM606", 6)]

@@ -46,6 +46,13 @@ SHAPE_FIELDS = (
 )
 
 
+def top_level_bindings(body: list[Any]) -> dict[str, int] | None:
+    """How many top-level statements of a module bind each name (also inside if/for/while/with/try, not in
+    def or class bodies); None when the module star-imports (it binds names nobody can list)."""
+    counts: dict[str, int] = {}
+    return counts if _bindings(body, counts) else None
+
+
 def _bindings(body: list[Any], counts: dict[str, int]) -> bool:
     """Count the names top-level statements bind (also inside if/for/while/with/try, not in def or class
     bodies); False when the module has a star import (it binds names nobody can count)."""
@@ -268,9 +275,8 @@ class Project:
 
         env.state = "loading"
         if env.is_library and env.bound_once is None:
-            counts: dict[str, int] = {}
-            env.bound_once = frozenset(n for n, c in counts.items() if c == 1) if _bindings(env.body, counts) \
-                else frozenset()
+            counts = top_level_bindings(env.body)
+            env.bound_once = frozenset(n for n, c in (counts or {}).items() if c == 1)
         interp.stack.append(Frame(env, None, None))
         try:
             for stmt in env.body:
