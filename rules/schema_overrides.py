@@ -195,7 +195,9 @@ def _field_schema(owner: str, name: str) -> Any:
 
 
 def _number_text(value: str, annotation: str) -> str | None:
-    """YAML for a quoted value that is plainly what the annotation wants (``"4"`` for an int)."""
+    """YAML for a quoted value that is plainly what the annotation wants (``"4"`` for an int): written
+    unquoted, YAML must read it as that same value (``"010"`` unquoted is octal 8, so it gets no fix)."""
+    from mbmem_lint.parse.yaml_overrides import plain_scalar
     from mbmem_lint.resolve.field_types import accepts
 
     for candidate in (value.strip(), value.strip().lower()):
@@ -204,6 +206,9 @@ def _number_text(value: str, annotation: str) -> str | None:
             if parsed is None:
                 parsed = float(candidate) if any(c in candidate for c in ".e") else int(candidate)
         except ValueError:
+            continue
+        resolved, as_yaml = plain_scalar(candidate)
+        if not resolved or type(as_yaml) is not type(parsed) or as_yaml != parsed:
             continue
         if accepts(annotation, parsed):
             return candidate

@@ -153,3 +153,14 @@ def test_target_names_include_the_first_statement_and_star_imports(tmp_path: Pat
         "scheduler:\n  _target_: megatron.bridge.recipes.deepseek.h100.deepseek_v2_lite_pretrain_8gpu_h100_bf16_config\n"
         "mixed_precision:\n  _target_: megatron.bridge.perf_recipes.deepseek.no_such_name\n")})
     assert [(d["code"], d["line"]) for d in diags if d["code"] == "MBM606"] == [("MBM606", 6)]
+
+
+def test_a_quoted_number_gets_an_unquoting_fix_only_when_yaml_reads_it_as_that_number(tmp_path: Path) -> None:
+    code, diags = _check(tmp_path, {"n.yaml": (
+        'model:\n  tensor_model_parallel_size: "010"\n  pipeline_model_parallel_size: "1_0"\n'
+        '  context_parallel_size: "08"\n')})
+    by = {d["line"]: d for d in diags if d["code"] == "MBM605"}
+    assert sorted(by) == [2, 3, 4]
+    assert by[2]["fix"] is None  # unquoted, YAML 1.1 reads 010 as octal 8, not 10
+    assert by[4]["fix"] is None  # unquoted, 08 stays a string in YAML 1.1
+    assert by[3]["fix"]["edits"][0]["replacement"] == "1_0"  # YAML and Python both read 10

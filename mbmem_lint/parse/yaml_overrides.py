@@ -112,6 +112,20 @@ _FLOAT_RE = re.compile(
 _TRUE_WORDS = {"yes", "true", "on"}
 
 
+def plain_scalar(text: str) -> tuple[bool, Any]:
+    """(True, value) for an unquoted, untagged scalar that YAML 1.1 reads as a bool, float, int or null
+    (PyYAML's implicit resolvers); (False, None) for one that stays a string."""
+    if text[:1] in "yYnNtTfFoO" and _BOOL_RE.match(text):
+        return True, text.lower() in _TRUE_WORDS
+    if _FLOAT_RE.match(text):
+        return True, _yaml_float(text)
+    if _INT_RE.match(text):
+        return True, _yaml_int(text)
+    if _NULL_RE.match(text):
+        return True, None
+    return False, None
+
+
 def _yaml_int(text: str) -> int:
     value = text.replace("_", "")
     sign = 1
@@ -380,14 +394,9 @@ class _Loader:
         if tag is None:
             if node.style is not None:  # quoted or block scalar: always a string
                 return _string_value(text)
-            if text[:1] in "yYnNtTfFoO" and _BOOL_RE.match(text):
-                return text.lower() in _TRUE_WORDS
-            if _FLOAT_RE.match(text):
-                return _yaml_float(text)
-            if _INT_RE.match(text):
-                return _yaml_int(text)
-            if _NULL_RE.match(text):
-                return None
+            resolved, value = plain_scalar(text)
+            if resolved:
+                return value
             if text in ("=", "<<"):
                 self.add(
                     PARSE_ERROR,
