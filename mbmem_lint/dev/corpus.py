@@ -21,8 +21,6 @@ from pathlib import Path
 from mbmem_lint.resolve.versions import SHIPPED
 
 DEFAULT_VERSION = "0.6.2"
-MEGATRON_BRIDGE = f"megatron-bridge=={DEFAULT_VERSION}"
-MEGATRON_CORE = f"megatron-core=={SHIPPED[DEFAULT_VERSION]}"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

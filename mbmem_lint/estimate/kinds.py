@@ -293,11 +293,6 @@ def dsv4_params(s: Shape, ratio: int) -> Params:
     return Params(tp=tp, rep=rep, linear=q_up + o_a + o_b)
 
 
-def attention_gate_params(s: Shape) -> float:
-    """Extra linear_qkv outputs of a gated attention (attention.py L1678-1680): a·d."""
-    return float(s.heads * s.kv_channels) * s.hidden if _ext(s).attn_gate else 0.0
-
-
 def vision_params(v: Vision) -> float:
     """The tower's parameters: ViT blocks, patch embedding, position table, merger(s)/projector."""
     tower, proj = vision_param_split(v)

@@ -12,7 +12,6 @@ from mbmem_lint.records import dataclass, field
 # it (CUDA context, NCCL buffers); "reserve" is memory the allocator reserves but does not count as allocated at
 # that peak (the fragmentation allowance, CUDA-graph private pools after capture).
 ALLOCATED_KINDS = ("state", "activation", "workspace")
-KINDS = ("state", "activation", "workspace", "runtime", "reserve")
 # The "reserve" that is a risk allowance rather than memory held for sure (the capacity rules treat it apart).
 FRAGMENTATION_RESERVE = "allocator fragmentation reserve"
 

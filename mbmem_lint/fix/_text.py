@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mbmem_lint.diagnostics import Location
@@ -382,7 +381,3 @@ def py_index(text: str) -> PyIndex | None:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[text] = idx
     return idx
-
-
-def first_of(nodes: Sequence[libcst.CSTNode]) -> libcst.CSTNode | None:
-    return nodes[0] if nodes else None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from mbmem_lint.estimate.inputs import Inputs
 from mbmem_lint.estimate.pipeline import stage_layer_counts
@@ -416,7 +415,3 @@ def relative_terms(terms: Terms, base: Terms) -> dict[str, float]:
     """Each term as a fraction of the current recipe's modelled step time."""
     total = base.total or 1.0
     return {k: v / total for k, v in terms.seconds.items()}
-
-
-def describe(terms: Terms) -> dict[str, Any]:
-    return {"seconds": dict(terms.seconds), "slowest_stage": terms.slowest_stage, "microbatches": terms.microbatches}

@@ -37,7 +37,6 @@ BRIDGE_SUPPORT_MODULES = (
 )
 MODEL_BRIDGE = "megatron.bridge.models.conversion.model_bridge"
 AUTO_BRIDGE = "megatron.bridge.models.conversion.auto_bridge"
-CONVERSION_UTILS = "megatron.bridge.models.conversion.utils"
 
 
 class BridgeError(Exception):
@@ -116,7 +115,6 @@ class BridgeRunner:
         self.project.analyse_classes = True
         self.interp = Interpreter(self.project)
         self.registry: dict[str, PyClass] = {}
-        self.duplicates: list[str] = []
         self._loaded = False
 
     def _load(self) -> None:
@@ -133,8 +131,6 @@ class BridgeRunner:
                     continue
                 source = value.attrs.get("SOURCE_NAME")  # set by register_bridge's decorator on the class
                 if isinstance(source, str):
-                    if source in self.registry and self.registry[source] is not value:
-                        self.duplicates.append(source)
                     self.registry[source] = value
 
     def _global(self, module: str, name: str) -> Any:

@@ -36,14 +36,6 @@ MLA_PROVIDER = "megatron.bridge.models.mla_provider.MLAModelProvider"
 MODELS_FILE = "models.pack"
 HF_CONFIGS_FILE = "hf_configs.json"
 
-# The three ways to give the estimator an architecture it lacks (MBM704 and `estimate` repeat them).
-SUPPLY_HINT = (
-    'map the id to a config.json (or a checkpoint folder holding one) under [tool.mbmem-lint.models] in '
-    'pyproject.toml; download its config.json into the Hugging Face cache (e.g. `huggingface-cli download '
-    '{hf_id} config.json`); or set the shape on the provider in the recipe (model.num_layers, '
-    'model.hidden_size, model.num_attention_heads, ...)'
-)
-
 # Defaults of transformers config classes (``models/<type>/configuration_<type>.py``) for keys the hand-assembled
 # entries of hf_configs.HF_CONFIGS leave out; a complete config.json states its class's keys itself.
 HF_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {

@@ -34,7 +34,6 @@ from mbmem_lint.data import data_file
 SHIPPED: dict[str, str] = {"0.4.2": "0.17.1", "0.5.1": "0.18.2", "0.6.2": "0.19.2"}
 SCHEMA_FILE = "schema.pack"
 LIBRARY_FILE = "library.pack"
-DISTRIBUTION = "megatron-bridge"
 
 _VERSION_RE_TEXT = (
     r"^\s*v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview|dev)[-_.]?(\d*))?"
