@@ -69,10 +69,7 @@ def verify(paths: tuple[str, ...], python: str | None, world_size: int | None, g
     if not report.recipes:
         fail(f"no recipe functions found in {', '.join(paths)}")
 
-    class _Run:  # bridge_notice reads run.bridge
-        bridge = report.bridge
-
-    bridge_notice(_Run)
+    bridge_notice(report)
     if fmt == "json":
         import json
 

@@ -9,8 +9,8 @@ Bridge (``--python``), never inside mbmem-lint's process, and uses the standard 
 * GPU-only packages imported without a guard are replaced by ``sys.modules`` doubles; Hugging Face
   downloads by an offline ``AutoBridge.from_hf_pretrained`` answering from mbmem-lint's model table
   (``--models``); a recipe whose HF id is not in it is *skipped*, not guessed.
-* Started with :data:`BOOT` (``python -c BOOT realbuild.py ...``): nothing of mbmem-lint and not the
-  working folder on ``sys.path``; the recipe file's own package root is put there to import it.
+* Started with :data:`mbmem_lint.verify.run.BOOT` (``python -c BOOT realbuild.py ...``): nothing of
+  mbmem-lint and not the working folder on ``sys.path``; the recipe file's own package root is put there to import it.
 * Each named function is called with its defaults (``SIGALRM`` after ``--timeout`` seconds);
   neither ``ConfigContainer.validate()`` nor any runtime update runs: the dump is the recipe's values.
 * Flattened: ``section.field`` paths, nested config objects as ``{"_target_": qualname}`` plus their
@@ -47,10 +47,6 @@ from typing import Any
 EXIT_NO_BRIDGE = 3
 # How mbmem-lint starts this file: run by path under ``-c`` (so no folder of mbmem-lint lands on
 # ``sys.path``, where its module names could shadow the user's), without the working folder.
-BOOT = ("import runpy, sys; sys.path[:] = [p for p in sys.path if p]; path = sys.argv[1]; "
-        "sys.argv = sys.argv[1:]; runpy.run_path(path, run_name='__main__')")
-
-
 def _load_doubles() -> Any:
     """:mod:`doubles`, loaded by path under a private name (this file is not imported as a package)."""
     name = "mbmem_lint_verify_doubles"

@@ -34,6 +34,10 @@ from mbmem_lint.verify.compare import CLASSES, classify, norm
 
 REALBUILD = Path(__file__).resolve().with_name("realbuild.py")
 EXIT_NO_BRIDGE = 3  # realbuild.EXIT_NO_BRIDGE (that file is not imported here)
+# How realbuild.py starts: run by path with an empty sys.path[0] dropped, so nothing of mbmem-lint and not
+# the working folder shadows what the recipe imports.
+BOOT = ("import runpy, sys; sys.path[:] = [p for p in sys.path if p]; path = sys.argv[1]; "
+        "sys.argv = sys.argv[1:]; runpy.run_path(path, run_name='__main__')")
 _VERSION_PROBE = ("import importlib.metadata as m\ntry:\n    print(m.version('megatron-bridge'))\n"
                   "except m.PackageNotFoundError:\n    pass\n")
 
@@ -183,8 +187,6 @@ def _with(options: ResolveOptions, **changes: Any) -> ResolveOptions:
 def _build(python: str, path: str, functions: list[str], world_sizes: dict[str, int | None],
            models: dict[str, Any], timeout: int) -> dict[str, Any]:
     """Run :mod:`realbuild` on one file in ``python``; its JSON dump."""
-    from mbmem_lint.verify.realbuild import BOOT
-
     with tempfile.TemporaryDirectory(prefix="mbmem-verify-") as tmp:
         models_file, out = Path(tmp) / "models.json", Path(tmp) / "real.json"
         models_file.write_text(json.dumps(models), encoding="utf-8")
