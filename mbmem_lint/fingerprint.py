@@ -50,11 +50,12 @@ def engine_fingerprint() -> str:
     return h.hexdigest()[:32]
 
 
-def estimate_inputs(recipe: Any, gpu: str | None = None, world_size: int | None = None) -> dict[str, Any]:
-    """The resolved values the memory estimate of ``recipe`` reads (path → value), found by running the
-    estimate with a getter that records what it is asked for. Raises what ``estimate_recipe`` raises."""
-    from mbmem_lint.estimate.api import DEFAULT_GPU, estimate_values, recipe_getter
-    from mbmem_lint.estimate.gpus import UnknownGpuError, resolve_gpu
+def estimate_inputs(recipe: Any, world_size: int | None = None) -> dict[str, Any]:
+    """The resolved values the memory estimate of ``recipe`` reads (path → value), found by reading the
+    estimate's inputs with a getter that records what it is asked for (every read happens there: the rest
+    of the estimate works from the inputs and the GPU). Raises ``EstimateUnavailable`` for an unknown shape."""
+    from mbmem_lint.estimate.api import recipe_getter
+    from mbmem_lint.estimate.inputs import read_inputs
 
     get = recipe_getter(recipe)
     seen: dict[str, Any] = {}
@@ -63,13 +64,7 @@ def estimate_inputs(recipe: Any, gpu: str | None = None, world_size: int | None 
         value = seen[path] = get(path)
         return value
 
-    name = gpu or recipe.target.gpu or DEFAULT_GPU
-    try:
-        spec = resolve_gpu(name)
-    except UnknownGpuError:
-        spec = resolve_gpu(DEFAULT_GPU)
-    ws = world_size if world_size is not None else recipe.target.world_size
-    estimate_values(recording, gpu=spec, world_size=ws)
+    read_inputs(recording, world_size if world_size is not None else recipe.target.world_size)
     return seen
 
 
@@ -90,14 +85,14 @@ def _canonical(value: Any) -> Any:
     return re.sub(r" at 0x[0-9a-f]+", "", f"{type(value).__name__}:{value!r}")
 
 
-def config_fingerprint(recipe: Any, gpu: str | None = None, world_size: int | None = None) -> str:
+def config_fingerprint(recipe: Any, world_size: int | None = None) -> str:
     """Fingerprint of a resolved recipe for memory purposes: a hash of every value its estimate reads and
     the target world size. Two recipes with the same fingerprint get the same estimate; a change to a
     field the estimate does not read (logging, checkpoint paths) keeps it."""
     import hashlib
     import json
 
-    values = estimate_inputs(recipe, gpu, world_size)
+    values = estimate_inputs(recipe, world_size)
     ws = world_size if world_size is not None else recipe.target.world_size
     payload = json.dumps({"world_size": ws, "values": {k: _canonical(v) for k, v in sorted(values.items())}},
                          sort_keys=True, separators=(",", ":"))

@@ -115,7 +115,7 @@ def build_base_index(tree: Path, repo: Path, rel_paths: list[str], head_settings
             continue
         try:
             est = estimate_recipe(r, gpu=options.gpu, world_size=options.world_size)
-            inputs = estimate_inputs(r, options.gpu, options.world_size)
+            inputs = estimate_inputs(r, options.world_size)
             index.recipes[key] = BaseRecipe(key, est, inputs)
         except (EstimateUnavailable, UnknownGpuError) as exc:
             index.recipes[key] = BaseRecipe(key, None, unavailable=str(exc))
@@ -189,7 +189,7 @@ def find_regression(recipe: ResolvedRecipe, base: BaseRecipe, threshold: float) 
     growth = (after.peak_bytes - before.peak_bytes) / before.peak_bytes
     if growth <= threshold:
         return None
-    head_inputs = estimate_inputs(recipe, None, None)
+    head_inputs = estimate_inputs(recipe)
     changed = sorted(p for p in set(head_inputs) | set(base.inputs)
                      if _canonical(head_inputs.get(p)) != _canonical(base.inputs.get(p)))
     causes: list[tuple[str, Any, Any, int]] = []

@@ -110,7 +110,7 @@ def recipe_key(settings: Any, recipe: Any, gpu: str, world_size: int | None) -> 
     from mbmem_lint.fingerprint import config_fingerprint
 
     return MeasurementKey(f"{settings.relative(recipe.path)}::{recipe.function}", gpu,
-                          config_fingerprint(recipe, gpu, world_size))
+                          config_fingerprint(recipe, world_size))
 
 
 def latest_for(rows: list[dict[str, Any]], key: MeasurementKey) -> dict[str, Any] | None:
