@@ -119,13 +119,13 @@ def hf_class_view(hf: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 # -- conversion --------------------------------------------------------------------------------------------
 
-_RUNNERS: dict[int, Any] = {}
+_RUNNERS: dict[tuple[int, int], Any] = {}
 
 
 def _runner(schema: Schema | None, library: Any = None) -> Any:
     from mbmem_lint.resolve.bridges import BridgeRunner
 
-    key = id(schema) if library is None else hash((id(schema), id(library)))
+    key = (id(schema), id(library))
     runner = _RUNNERS.get(key)
     if runner is None:
         runner = _RUNNERS[key] = BridgeRunner(library, schema)
@@ -149,7 +149,7 @@ def provider_fields_from_hf_config(hf: dict[str, Any], schema: Schema | None = N
     from mbmem_lint.resolve.bridges import to_json
 
     conv = convert_config(hf, schema, partial=partial)
-    return conv.provider, {k: to_json(v) for k, v in conv.fields.items()}
+    return conv.provider, to_json(conv.fields)
 
 
 # -- the bundled table ---------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def generate_models(schema: Schema | None = None, library: Any = None) -> dict[s
         except BridgeError as exc:
             unmapped[hf_id] = f"{exc} (bundled config: {entry['source']})"
             continue
-        models[hf_id] = {"provider": conv.provider, "fields": {k: to_json(v) for k, v in conv.fields.items()},
+        models[hf_id] = {"provider": conv.provider, "fields": to_json(conv.fields),
                          "source": entry["source"], "bridge": conv.bridge, "confidence": entry["confidence"]}
     return {"models": models, "unmapped": unmapped}
 
@@ -322,8 +322,12 @@ class ModelTable:
         entry = self.lookup(hf_id)
         return entry if entry is not None else default
 
+    def _key(self, hf_id: str, revision: str | None) -> tuple[str, str | None]:
+        """A revision tells cache entries apart only: a pyproject or bundled id has one config."""
+        return hf_id, revision if hf_id not in self.user and hf_id not in self.bundled else None
+
     def lookup(self, hf_id: str, revision: str | None = None) -> ModelEntry | None:
-        key = (hf_id, revision if hf_id not in self.user and hf_id not in self.bundled else None)
+        key = self._key(hf_id, revision)
         if key in self._found:
             return self._found[key]
         entry: ModelEntry | None = None
@@ -347,7 +351,7 @@ class ModelTable:
         """Why ``hf_id`` has no architecture (after a failed :meth:`lookup`)."""
         if self.lookup(hf_id, revision) is not None:
             return ""
-        key = (hf_id, revision if hf_id not in self.user and hf_id not in self.bundled else None)
+        key = self._key(hf_id, revision)
         why = self._why.get(key, "")
         bundled_why = self.unmapped.get(hf_id)
         if bundled_why and hf_id not in self.user:
@@ -361,7 +365,7 @@ class ModelTable:
             conv = convert_config(hf, self.schema, label=str(path), name_or_path=hf_id)
         except (BridgeError, TypeError) as exc:
             raise ModelTableError(f"model {hf_id!r}: {path}: {exc}") from exc
-        return ModelEntry(provider=conv.provider, fields={k: to_json(v) for k, v in conv.fields.items()},
+        return ModelEntry(provider=conv.provider, fields=to_json(conv.fields),
                           source=str(path), origin=origin, path=str(path), bridge=conv.bridge)
 
     def _from_user(self, hf_id: str) -> ModelEntry:
