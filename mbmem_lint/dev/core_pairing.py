@@ -21,7 +21,7 @@ import ast
 from pathlib import Path
 
 from mbmem_lint.records import dataclass
-from mbmem_lint.resolve.schema_gen import resolve_relative, top_level_statements
+from mbmem_lint.resolve.schema_gen import module_name, resolve_relative, top_level_statements
 
 CORE_PACKAGES = ("core", "training")
 
@@ -79,10 +79,7 @@ class CoreIndex:
         for pkg in CORE_PACKAGES:
             base = core_root / "megatron" / pkg
             for path in base.rglob("*.py") if base.is_dir() else ():
-                parts = list(path.relative_to(core_root).with_suffix("").parts)
-                if parts[-1] == "__init__":
-                    parts = parts[:-1]
-                self.paths[".".join(parts)] = path
+                self.paths[module_name(core_root, path)[0]] = path
         self._names: dict[str, tuple[set[str], list[str]]] = {}
 
     def _scan(self, module: str) -> tuple[set[str], list[str]]:

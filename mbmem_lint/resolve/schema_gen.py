@@ -89,7 +89,8 @@ class _ModuleInfo:
     constants: dict[str, ast.expr] = field(default_factory=dict)  # NAME = <expr> at top level
 
 
-def _module_name(root: Path, path: Path) -> tuple[str, bool]:
+def module_name(root: Path, path: Path) -> tuple[str, bool]:
+    """(dotted module name, whether it is a package) of a ``.py`` file under ``root``."""
     rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     is_package = parts[-1] == "__init__"
@@ -178,7 +179,7 @@ class _Corpus:
         self.roots = package_roots(corpus)
         for pkg, root in self.roots.items():
             for path in sorted((root / "megatron" / pkg).rglob("*.py")):
-                name, is_package = _module_name(root, path)
+                name, is_package = module_name(root, path)
                 self.paths[name] = (path, is_package)
 
     def package_root(self, pkg: str) -> Path | None:

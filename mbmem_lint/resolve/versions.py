@@ -110,8 +110,7 @@ class BridgeData:
         return hash(self._fields())
 
     def __repr__(self) -> str:
-        names = ("version", "megatron_core", "source", "requested", "src", "folder", "key")
-        return "BridgeData(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields())) + ")"
+        return "BridgeData(" + ", ".join(f"{n}={v!r}" for n, v in zip(self.__slots__, self._fields())) + ")"
 
     @property
     def shipped(self) -> bool:
