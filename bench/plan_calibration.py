@@ -11,6 +11,7 @@ TFLOP/s/GPU), then the LoRA re-gather exposure on the Qwen3-8B run. ``--write`` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -59,7 +60,8 @@ def fit() -> Calibration:
     target_step = llama_measured_step_s()
 
     def make(x: list[float]) -> Calibration:
-        return base.replace(gemm_efficiency=math.exp(x[0]), tp_exposure=math.exp(x[1]), tp_hidden=math.exp(x[2]))
+        return dataclasses.replace(base, gemm_efficiency=math.exp(x[0]), tp_exposure=math.exp(x[1]),
+                                   tp_hidden=math.exp(x[2]))
 
     def loss(x: list[float]) -> float:
         cal = make(x)
@@ -72,11 +74,11 @@ def fit() -> Calibration:
     lo, hi = 0.0, 20.0
     for _ in range(60):  # bisection: the re-gather term is linear in its exposure
         mid = (lo + hi) / 2
-        if modelled(rg, cal.replace(regather_exposure=mid)) < rg.measured:
+        if modelled(rg, dataclasses.replace(cal, regather_exposure=mid)) < rg.measured:
             lo = mid
         else:
             hi = mid
-    return cal.replace(regather_exposure=round((lo + hi) / 2, 3))
+    return dataclasses.replace(cal, regather_exposure=round((lo + hi) / 2, 3))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="store the fitted constants in interconnect.json")
     args = ap.parse_args(argv)
     cal = fit()
-    cal = cal.replace(gemm_efficiency=round(cal.gemm_efficiency, 4), tp_exposure=round(cal.tp_exposure, 3),
-                      tp_hidden=round(cal.tp_hidden, 3))
+    cal = dataclasses.replace(cal, gemm_efficiency=round(cal.gemm_efficiency, 4),
+                              tp_exposure=round(cal.tp_exposure, 3), tp_hidden=round(cal.tp_hidden, 3))
     print(f"gemm_efficiency {cal.gemm_efficiency}  tp_exposure {cal.tp_exposure}  tp_hidden {cal.tp_hidden}  "
           f"regather_exposure {cal.regather_exposure}")
     print(f"llama3-70b baseline step: measured {llama_measured_step_s():.3f} s (704 TFLOP/s/GPU), "

@@ -21,7 +21,7 @@ SMALL = {
     "model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "model.pipeline_model_parallel_size": 2,
     "model.params_dtype": "torch.bfloat16", "optimizer.use_distributed_optimizer": False,
 }
-CAL = calibration().replace(gemm_efficiency=0.5, tp_exposure=1.0, tp_hidden=0.0)
+CAL = replace(calibration(), gemm_efficiency=0.5, tp_exposure=1.0, tp_hidden=0.0)
 
 
 def test_terms_on_a_hand_computed_case() -> None:

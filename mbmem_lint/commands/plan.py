@@ -88,5 +88,5 @@ def plan(path: str, gpu: str | None, world_size: int | None, recipe: str | None,
     elif fmt == "markdown":
         echo("\n".join(render_markdown(p) for p in plans), nl=False)
     else:
-        echo("\n".join(render_text(p, show_diff=with_diff) for p in plans), nl=False)
+        echo("\n".join(render_text(p) for p in plans), nl=False)
     return status

@@ -8,14 +8,10 @@ check names the rule that enforces the same behaviour (and through it the Megatr
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
+from mbmem_lint.estimate.inputs import Getter
 from mbmem_lint.plan.knobs import Layout, Spec
 from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import is_known
-
-Getter = Callable[[str], Any]
 
 
 def _int(get: Getter, path: str, default: int | None = None) -> int | None:
@@ -25,7 +21,7 @@ def _int(get: Getter, path: str, default: int | None = None) -> int | None:
     return v
 
 
-def _str(get: Getter, path: str) -> str | None:
+def known_str(get: Getter, path: str) -> str | None:
     v = get(path)
     return v if isinstance(v, str) and is_known(v) else None
 
@@ -70,7 +66,7 @@ class ModelFacts:
              peft_kind: str | None, lora_targets: list[str] | None, dense_mlp_layers: bool,
              model_class: str | None, sft_cp_blocked: bool = False) -> ModelFacts:
         cls = model_class or ""
-        impl = _str(get, "model.cuda_graph_impl") or "none"
+        impl = known_str(get, "model.cuda_graph_impl") or "none"
         scope = get("model.cuda_graph_scope")
         scope_l = [str(s) for s in scope] if isinstance(scope, list) else ([scope] if isinstance(scope, str) else [])
         targets = lora_targets or []

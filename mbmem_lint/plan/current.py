@@ -4,14 +4,15 @@ flags the cost model reads, and which knobs are pinned (``--keep``, unknown valu
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from mbmem_lint.estimate.inputs import Inputs, read_inputs
-from mbmem_lint.plan.constraints import ModelFacts
+from mbmem_lint.alloc_conf import merge_alloc_conf
+from mbmem_lint.estimate.inputs import Getter, Inputs, read_inputs
+from mbmem_lint.plan.constraints import ModelFacts, known_str
 from mbmem_lint.plan.cost import Flags, layer_kinds
 from mbmem_lint.plan.knobs import (
     CP,
+    ES_OPTION,
     FIRST,
     GRAN,
     KNOBS,
@@ -35,7 +36,6 @@ from mbmem_lint.plan.knobs import (
 from mbmem_lint.records import dataclass, field
 from mbmem_lint.resolve.resolved import is_known
 
-Getter = Callable[[str], Any]
 # Finetuning datasets (Bridge training/config.py:1439-1457 asserts per-token loss with CP>1 for them).
 SFT_DATASETS = ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatasetConfig", "MockVLMSFTDatasetConfig")
 LAYOUT_KNOBS = ("tp", "sp", "pp", "vpp", "uneven", "cp", "ep", "etp")
@@ -52,11 +52,6 @@ class Current:
     flags: Flags
     pinned: dict[str, str] = field(default_factory=dict)  # knob -> why it is not searched
     notes: list[str] = field(default_factory=list)
-
-
-def _str(get: Getter, path: str) -> str | None:
-    v = get(path)
-    return v if isinstance(v, str) and is_known(v) else None
 
 
 def _env(get: Getter, key: str) -> Any:
@@ -110,7 +105,7 @@ def read_current(get: Getter, world_size: int | None, *, model_class: str | None
 
     mods = tuple(rec.modules) if rec.granularity == "selective" else None
     num = get(NUM)
-    recompute = Recompute(rec.granularity, mods, _str(get, METHOD),
+    recompute = Recompute(rec.granularity, mods, known_str(get, METHOD),
                           num if isinstance(num, int) and not isinstance(num, bool) else None)
     layout = Layout(tp=par.tp, sp=par.sp, pp=par.pp, vpp=par.vpp, first=par.first_stage_layers,
                     last=par.last_stage_layers, cp=par.cp, ep=par.ep, etp=par.etp)
@@ -125,12 +120,14 @@ def read_current(get: Getter, world_size: int | None, *, model_class: str | None
     if opt.fsdp == "no_shard":
         pinned.setdefault("fsdp", "Megatron-FSDP is on without sharding (no_shard)")
     ckpt = get("checkpoint.save"), get("checkpoint.load")
+    alloc_conf = known_str(get, "env_vars.PYTORCH_CUDA_ALLOC_CONF")
     ctx = Context(
-        alloc_conf=_str(get, "env_vars.PYTORCH_CUDA_ALLOC_CONF"), es_current=inp.rt.expandable_segments,
+        alloc_conf=alloc_conf, es_current=inp.rt.expandable_segments,
         cuda_graphs=inp.rt.graph_impl not in ("none", ""),
         graph_register_off=str(_env(get, "NCCL_GRAPH_REGISTER")) == "0",
         moe=moe, peft=inp.peft is not None,
-        checkpointing=any(v is not None for v in ckpt), ckpt_format=_str(get, "checkpoint.ckpt_format"),
+        checkpointing=any(v is not None for v in ckpt), ckpt_format=known_str(get, "checkpoint.ckpt_format"),
+        es_conf=merge_alloc_conf(alloc_conf, ES_OPTION),
     )
     kinds = layer_kinds(inp)
     facts = ModelFacts.read(

@@ -47,9 +47,6 @@ class Calibration:
     ep_exposure: float
     cpu_adam_params_per_s: float
 
-    def replace(self, **kw: float) -> Calibration:
-        return Calibration(**{**self.__dict__, **kw})
-
 
 @lru_cache(maxsize=1)
 def _load() -> dict[str, Any]:

@@ -187,17 +187,7 @@ class Context:
     peft: bool
     checkpointing: bool
     ckpt_format: str | None
-
-    @property
-    def es_conf(self) -> str:
-        """The allocator config with expandable segments on (the recipe's other options kept)."""
-        hit: str | None = self.__dict__.get("_es_conf")
-        if hit is None:
-            from mbmem_lint.alloc_conf import merge_alloc_conf
-
-            hit = merge_alloc_conf(self.alloc_conf, ES_OPTION)
-            object.__setattr__(self, "_es_conf", hit)
-        return hit
+    es_conf: str  # the allocator config with expandable segments on (the recipe's other options kept)
 
 
 def spec_values(spec: Spec, ctx: Context) -> dict[str, Any]:

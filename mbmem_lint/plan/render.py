@@ -79,7 +79,7 @@ def _terms_line(rel: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def render_text(result: PlanResult, *, show_diff: bool = True) -> str:
+def render_text(result: PlanResult) -> str:
     lines: list[str] = [f"{result.recipe}"]
     p = result.current.parallelism
     lay = f"tp={p.get('tp')} pp={p.get('pp')} vpp={p.get('vpp')} cp={p.get('cp')} ep={p.get('ep')} dp={p.get('dp')}"
@@ -105,7 +105,7 @@ def render_text(result: PlanResult, *, show_diff: bool = True) -> str:
             names = ", ".join(TERM_LABELS[t] for t in c.unmeasured)
             lines.append(f"    not calibrated on a measurement: {names} (docs/plan.md)")
         lines.append("    --set " + " --set ".join(_quote(a) for a in c.set_args))
-        if show_diff and c.diff:
+        if c.diff:  # made only when the plan asked for diffs (PlanOptions.with_diff)
             lines.extend("    | " + ln for ln in c.diff.rstrip("\n").splitlines())
         lines.append("")
     st = result.stats

@@ -29,7 +29,7 @@ from mbmem_lint.plan.current import read_current
 from mbmem_lint.plan.hardware import calibration, hardware
 from mbmem_lint.plan.session import RecipeKey, RecipeSession, set_item
 from mbmem_lint.plan.space import Chains, build_chains, enumerate_layouts
-from mbmem_lint.plan.types import PlanCandidate, PlanOptions, PlanResult, PlanStats
+from mbmem_lint.plan.types import PlanCandidate, PlanOptions, PlanResult, PlanStats, budget_bytes
 from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.settings import Settings
@@ -95,7 +95,7 @@ class Planner:
         self.current = estimate_recipe(self.base)
         self.gpu = self.current.gpu
         self.margin = settings.headroom_margin
-        self.budget = int(self.gpu.usable_bytes * (1 - self.margin))
+        self.budget = budget_bytes(self.gpu, self.margin)
         self.hw = hardware(self.gpu.name)
         self.cm = CostModel(self.cur.inp, self.hw, calibration(), self.cur.flags, world_size=self.ws or 1,
                             gbs=self.cur.facts.gbs, act_bytes=self._act_bytes)
@@ -469,6 +469,4 @@ def _short(reason: str) -> str:
     """A rejection reason's tag: the rule code in parentheses when there is one."""
     if reason.endswith(")") and "(MBM" in reason:
         return reason[reason.rindex("(") + 1:-1]
-    if reason.startswith("MBM"):
-        return reason
     return reason

@@ -8,6 +8,7 @@ items reuses the loaded modules and the memoised library calls (well under a mil
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from mbmem_lint.diagnostics import Diagnostic
@@ -50,6 +51,7 @@ def set_value(value: Any) -> str:
     return yaml_literal(value)
 
 
+@lru_cache(maxsize=4096)  # asked for every string value of every candidate; the answer depends on the text only
 def _round_trips(value: str) -> bool:
     """``value`` written plainly reads back as the same string (``expandable_segments:True`` does)."""
     entries = parse_dotlist([f"x={value}"]).entries

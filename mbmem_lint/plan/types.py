@@ -25,6 +25,11 @@ class PlanOptions:
     with_diff: bool = True
 
 
+def budget_bytes(gpu: GpuSpec, margin: float) -> int:
+    """The per-rank peak a candidate may reach: usable memory less the headroom margin."""
+    return int(gpu.usable_bytes * (1 - margin))
+
+
 def stages_json(est: Estimate) -> list[dict[str, Any]]:
     return [{"pp_rank": s.pp_rank, "layers": s.layers, "total_bytes": s.total_bytes,
              "allocated_bytes": s.allocated_bytes} for s in est.stages]
@@ -114,8 +119,7 @@ class PlanResult:
 
     @property
     def budget_bytes(self) -> int:
-        """The per-rank peak a candidate may reach: usable memory less the headroom margin."""
-        return int(self.gpu.usable_bytes * (1 - self.headroom_margin))
+        return budget_bytes(self.gpu, self.headroom_margin)
 
     @property
     def current_fits(self) -> bool:
