@@ -18,6 +18,8 @@ Getter = Callable[[str], Any]
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
                "float8_e4m3fn": 1, "uint8": 1, "int8": 1}
 DEFAULT_VOCAB = 131072
+# Without these the model's size is unknown and there is no estimate (MBM704 names them).
+SHAPE_PATHS = ("model.num_layers", "model.hidden_size", "model.num_attention_heads")
 LORA_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 
@@ -407,7 +409,7 @@ def _read_sizes(r: Reader) -> tuple[int, int, int | None, int, int, int]:
 
 
 def _read_shape(r: Reader, tp: int) -> Shape:
-    missing = [p for p in ("model.num_layers", "model.hidden_size", "model.num_attention_heads") if not r.known(p)]
+    missing = [p for p in SHAPE_PATHS if not r.known(p)]
     hybrid = _hybrid(r)
     if hybrid is not None and "model.num_layers" in missing:
         missing.remove("model.num_layers")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mbmem_lint.estimate.activations import tokens
 from mbmem_lint.records import dataclass, field
 
 if TYPE_CHECKING:
@@ -339,13 +340,13 @@ def trainable_subset(inp: Inputs) -> bool:
     return ext.freeze_lm or (ext.vision is not None and (ext.vision.frozen or ext.vision.proj_frozen))
 
 
-def split_trainable(inp: Inputs, lm: Params, first: bool) -> tuple[Params, Params, Params]:
-    """(frozen, trainable, vision) parameters of a stage without PEFT: the language model's ``lm`` and, on the
-    first stage, the tower and projector, each frozen or trained as the recipe says."""
+def split_trainable(inp: Inputs, lm: Params, first: bool) -> tuple[Params, Params]:
+    """(frozen, trainable) parameters of a stage without PEFT: the language model's ``lm`` and, on the first
+    stage, the tower and projector, each frozen or trained as the recipe says."""
     from mbmem_lint.estimate.params import Params
 
     ext = inp.shape.ext
-    frozen, trained, vision = Params(), Params(), Params()
+    frozen, trained = Params(), Params()
     if ext is not None and ext.freeze_lm:
         frozen = frozen + lm
     else:
@@ -353,10 +354,9 @@ def split_trainable(inp: Inputs, lm: Params, first: bool) -> tuple[Params, Param
     v = ext.vision if ext is not None else None
     if first and v is not None:
         tower, proj = vision_param_split(v)
-        vision = Params(tp=tower + proj, linear=tower + proj)
         frozen = frozen + Params(tp=(tower if v.frozen else 0) + (proj if v.proj_frozen else 0))
         trained = trained + Params(tp=(0 if v.frozen else tower) + (0 if v.proj_frozen else proj))
-    return frozen, trained, vision
+    return frozen, trained
 
 
 # -- activations ----------------------------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def gdn_terms(inp: Inputs, add: Add, frozen: bool) -> None:
     s, p = inp.shape, inp.par
     g = _ext(s).gdn
     assert g is not None
-    T, t = inp.train.seq * inp.train.mbs / p.cp, p.tp
+    T, t = tokens(inp), p.tp
     r = 1.0 / t if p.sp else 1.0
     g8 = 1.0 if inp.prec.fp8 else 2.0
     add("attn_norm", 2 * T * s.hidden * r)
@@ -394,10 +394,10 @@ def dsa_terms(inp: Inputs, add: Add) -> None:
     """Saved by the DSA indexer, per microbatch (dsa.py forward_before_topk L1248-1322): its inputs x and the q
     latent are gathered over sequence parallelism (full sequence on every TP rank) and saved by the duplicated
     linears; q (heads x head_dim) and k after RoPE, the head weights, and the top-k indices (int64)."""
-    s, p = inp.shape, inp.par
+    s = inp.shape
     d = _ext(s).dsa
     assert d is not None
-    T = inp.train.seq * inp.train.mbs / p.cp
+    T = tokens(inp)
     q_in = s.q_lora_rank or s.hidden
     add("dsa_indexer", 2 * T * (s.hidden + q_in + d.heads * d.head_dim + d.head_dim + d.heads) + 8 * T * d.topk)
 
@@ -411,7 +411,7 @@ def dsv4_terms(inp: Inputs, add: Add, ratio: int) -> None:
     s, p = inp.shape, inp.par
     v4 = _ext(s).dsv4
     assert v4 is not None
-    T, t = inp.train.seq * inp.train.mbs / p.cp, p.tp
+    T, t = tokens(inp), p.tp
     r = 1.0 / t if p.sp else 1.0
     h, a, dh = s.hidden, s.heads, v4.head_dim
     if v4.hc_mult > 1:

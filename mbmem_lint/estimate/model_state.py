@@ -56,10 +56,10 @@ def stage_params(inp: Inputs, layers: list[int], first: bool, last: bool) -> tup
 
     if inp.peft is None and kinds.trainable_subset(inp):
         # A VL model training only some parts: frozen parts count as weights only (like a PEFT base).
-        frozen, trained, _ = kinds.split_trainable(inp, base, first)
-        return frozen, trained
+        return kinds.split_trainable(inp, base, first)
     if first and ext.vision is not None:
-        base = base + Params(tp=kinds.vision_params(ext.vision), linear=kinds.vision_params(ext.vision))
+        tower = kinds.vision_params(ext.vision)
+        base = base + Params(tp=tower, linear=tower)
     return base, adapters
 
 

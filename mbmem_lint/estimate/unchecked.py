@@ -6,10 +6,9 @@ with, so that a recipe with an unknown model never reads as "fits".
 
 from __future__ import annotations
 
+from mbmem_lint.estimate.inputs import SHAPE_PATHS
 from mbmem_lint.estimate.types import EstimateUnavailable
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Unknown
-
-SHAPE_PATHS = ("model.num_layers", "model.hidden_size", "model.num_attention_heads")
 
 
 def _hf_id(recipe: ResolvedRecipe) -> str | None:
