@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from mbmem_lint.estimate.types import Estimate
+from mbmem_lint.report.common import fmt_gib
 
 GIB = 1024**3
 
 
 def _gib(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"
+    return fmt_gib(n, 2)
 
 
 def _bar(value: int, capacity: int, width: int) -> str:

@@ -107,10 +107,10 @@ def estimate_dicts(estimates: Iterable[Any] | None) -> list[dict[str, Any]]:
 GIB = 1024**3
 
 
-def fmt_gib(n: float | int | None) -> str:
+def fmt_gib(n: float | int | None, digits: int = 1) -> str:
     if n is None:
         return "?"
-    return f"{n / GIB:.1f} GiB"
+    return f"{n / GIB:.{digits}f} GiB"
 
 
 def repo_path(path: str, root: str | Path | None = None) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mbmem_lint.records import dataclass, field
+from mbmem_lint.report.common import fmt_gib
 from mbmem_lint.resolve.resolved import ResolvedRecipe
 from mbmem_lint.resolve.resolver import ResolveOptions
 from mbmem_lint.resolve.versions import BridgeData
@@ -282,7 +283,6 @@ def _model_state(r: ResolvedRecipe, bridge: dict[str, Any]) -> dict[str, Any]:
 
 def render_text(report: VerifyReport) -> str:
     """The report for a terminal: per recipe the counts, each differing field, the model-state pair."""
-    gib = 1024**3
     lines: list[str] = []
     v = report.versions
     lines.append(f"built with {report.python}: megatron-bridge {v.get('megatron-bridge', '?')}, megatron-core "
@@ -300,8 +300,8 @@ def render_text(report: VerifyReport) -> str:
             lines.append(f"  differs: {d.path}: real {json.dumps(d.real, default=str)[:80]}, static "
                          f"{json.dumps(d.static, default=str)[:80]} ({d.origin} {d.where})")
         ms = c.model_state
-        ours = f"{ms['mbmem_bytes'] / gib:.2f} GiB" if ms.get("mbmem_bytes") else f"n/a ({ms.get('mbmem_note', '')})"
-        theirs = (f"{ms['bridge_bytes'] / gib:.2f} GiB" if ms.get("bridge_bytes")
+        ours = fmt_gib(ms["mbmem_bytes"], 2) if ms.get("mbmem_bytes") else f"n/a ({ms.get('mbmem_note', '')})"
+        theirs = (fmt_gib(ms["bridge_bytes"], 2) if ms.get("bridge_bytes")
                   else f"n/a ({ms.get('bridge_note', '')})")
         diff = f", {ms['difference']:+.1%}" if "difference" in ms else ""
         lines.append(f"  model state (weights+grads+optimizer, most-loaded stage): mbmem-lint {ours}, "
