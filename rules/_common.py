@@ -141,13 +141,11 @@ def fix_env(ctx: RuleContext, key: str, value_src: str, description: str, applic
 def dead_writes(ctx: RuleContext, path: str) -> list[Write]:
     """The statements that set ``path`` since the object holding it was last built (a keyword of the
     call that built it counts), when a runtime rewrite overwrites the result: all of them are dead."""
-    from mbmem_lint.fix.placement import contains, order, writes_of
+    from mbmem_lint.fix.placement import contains, enclosing_writes
 
-    parts = path.split(".")
-    enclosing = [w for k in range(1, len(parts)) for w in writes_of(ctx.r, ".".join(parts[:k]))
-                 if w.origin != "runtime"]
-    return [w for w in writes_of(ctx.r, path) if w.origin != "runtime" and not any(
-        order(ctx.r, e) > order(ctx.r, w) and not contains(e.location, w.location) for e in enclosing)]
+    enclosing = enclosing_writes(ctx.r, path)
+    return [w for w in ctx.writes(path) if w.origin != "runtime" and not any(
+        ctx.write_position(e) > ctx.write_position(w) and not contains(e.location, w.location) for e in enclosing)]
 
 
 def fix_delete_dead(ctx: RuleContext, writes: list[Write], description: str) -> Fix | None:

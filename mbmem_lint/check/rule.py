@@ -21,7 +21,7 @@ from typing import Any, Literal
 from mbmem_lint.diagnostics import Applicability, Edit, Fix, Location, Severity
 from mbmem_lint.parse.override_types import OverrideEntry, OverrideFile
 from mbmem_lint.records import dataclass, field
-from mbmem_lint.resolve.flatten import LazyWrites
+from mbmem_lint.resolve.flatten import LazyWrites, path_writes, write_order
 from mbmem_lint.resolve.resolved import UNKNOWN, ResolvedRecipe, Write, is_known
 from mbmem_lint.resolve.schema import CONFIG_CONTAINER, Schema
 from mbmem_lint.settings import Settings
@@ -272,27 +272,11 @@ class RuleContext:
 
     # -- writes -------------------------------------------------------------------------------------
     def _path_writes(self, path: str) -> list[Write]:
-        """Writes of ``path`` in execution order (the lazy per-path index of resolved recipes; an
-        index built once per recipe for plain lists)."""
-        writes = self.r.writes
-        if isinstance(writes, LazyWrites):
-            return writes.for_path(path)
-        index = self.r.__dict__.get("_write_index")
-        if index is None:
-            index = {}
-            for w in writes:
-                index.setdefault(w.path, []).append(w)
-            self.r.__dict__["_write_index"] = index
-        return index.get(path, [])
+        return path_writes(self.r, path)
 
     def write_position(self, w: Write) -> int:
         """Execution order of a write: its sequence number, else its place in a plain list."""
-        if w.seq >= 0:
-            return w.seq
-        try:
-            return self.r.writes.index(w)
-        except ValueError:
-            return -1
+        return write_order(self.r, w)
 
     def writes(self, path: str) -> list[Write]:
         return list(self._path_writes(path))

@@ -22,7 +22,7 @@ from typing import Literal
 
 from mbmem_lint.diagnostics import Location
 from mbmem_lint.records import dataclass
-from mbmem_lint.resolve.flatten import LazyWrites
+from mbmem_lint.resolve.flatten import path_writes, write_order
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Write
 from mbmem_lint.sources import Sources
 
@@ -30,22 +30,10 @@ MAX_NAMED = 4  # other recipes named in a description ("and more" after that)
 MORE = "..."  # in Placement.also: more recipes than those named call the helper
 
 
-def writes_of(recipe: ResolvedRecipe, path: str) -> list[Write]:
-    """Writes of exactly ``path``, in execution order (without collecting every write of the recipe)."""
-    writes = recipe.writes
-    if isinstance(writes, LazyWrites):
-        return writes.for_path(path)
-    return [w for w in writes if w.path == path]
-
-
-def order(recipe: ResolvedRecipe, w: Write) -> int:
-    """Execution order of a write: its sequence number, else its place in a plain list (tests)."""
-    if w.seq >= 0:
-        return w.seq
-    try:
-        return recipe.writes.index(w)
-    except ValueError:
-        return -1
+def enclosing_writes(recipe: ResolvedRecipe, path: str) -> list[Write]:
+    """The recipe's own writes (runtime rewrites left out) of the objects and dicts that hold ``path``."""
+    parts = path.split(".")
+    return [w for k in range(1, len(parts)) for w in path_writes(recipe, ".".join(parts[:k])) if w.origin != "runtime"]
 
 
 def contains(outer: Location, inner: Location) -> bool:
@@ -60,15 +48,13 @@ def current_write(recipe: ResolvedRecipe, path: str) -> tuple[Write | None, Writ
     """(last statement that set ``path`` and is still in effect, or None; the last write of an
     enclosing object or dict after it, when that is what holds the value now). Runtime rewrites
     are skipped: they are Bridge's, not statements of the recipe."""
-    own = [w for w in writes_of(recipe, path) if w.origin != "runtime"]
+    own = [w for w in path_writes(recipe, path) if w.origin != "runtime"]
     current = own[-1] if own else None
     enclosing: Write | None = None
-    parts = path.split(".")
-    for k in range(1, len(parts)):
-        for w in writes_of(recipe, ".".join(parts[:k])):
-            if w.origin != "runtime" and (enclosing is None or order(recipe, w) > order(recipe, enclosing)):
-                enclosing = w
-    if enclosing is not None and (current is None or order(recipe, enclosing) > order(recipe, current)):
+    for w in enclosing_writes(recipe, path):
+        if enclosing is None or write_order(recipe, w) > write_order(recipe, enclosing):
+            enclosing = w
+    if enclosing is not None and (current is None or write_order(recipe, enclosing) > write_order(recipe, current)):
         # A keyword argument of the call that built the enclosing object is the current statement.
         if current is not None and contains(enclosing.location, current.location):
             return current, None

@@ -417,3 +417,22 @@ class LazyWrites(list):
 
 def flatten(root: Obj) -> tuple[FieldMap, list[Write]]:
     return FieldMap(root), LazyWrites(root)
+
+
+def path_writes(recipe: Any, path: str) -> list[Write]:
+    """Writes of exactly ``path`` in execution order: the lazy per-path index of a resolved recipe; a plain
+    list of writes (tests, recipes made from flat values) is filtered, so a test may change it in place."""
+    writes = recipe.writes
+    if isinstance(writes, LazyWrites):
+        return writes.for_path(path)
+    return [w for w in writes if w.path == path]
+
+
+def write_order(recipe: Any, w: Write) -> int:
+    """Execution order of a write: its sequence number, else its place in a plain list (tests)."""
+    if w.seq >= 0:
+        return w.seq
+    try:
+        return int(recipe.writes.index(w))
+    except ValueError:
+        return -1
