@@ -66,15 +66,10 @@ def _looks_like_override(f: OverrideFile) -> bool:
     or its top-level keys are ConfigContainer sections (not a CI workflow or a model card)."""
     if f.recipe_ref:
         return True
-    try:
-        from mbmem_lint.resolve.schema import CONFIG_CONTAINER, Schema
+    from mbmem_lint.resolve.schema import section_keys
 
-        container = Schema.load().get(CONFIG_CONTAINER)
-    except (FileNotFoundError, OSError):
-        return False
-    if container is None or not f.entries:
-        return False
-    return all(e.path.split(".")[0].lstrip("+~") in container.fields for e in f.entries)
+    hits = section_keys(e.path for e in f.entries)
+    return hits is not None and bool(hits) and all(hits)
 
 
 PARALLEL_MIN_FILES = 48  # below this, process start-up costs more than it saves

@@ -23,7 +23,7 @@ from mbmem_lint.resolve.interpreter import Interpreter
 from mbmem_lint.resolve.overrides import apply_overrides
 from mbmem_lint.resolve.resolved import ResolvedRecipe, Target, Unknown
 from mbmem_lint.resolve.runtime import RuntimeRewriter
-from mbmem_lint.resolve.schema import CONFIG_CONTAINER, Schema
+from mbmem_lint.resolve.schema import CONFIG_CONTAINER, Schema, section_keys
 from mbmem_lint.resolve.values import Obj, Prov, Slot
 
 PARTIAL_FUNCTION = ""  # ResolvedRecipe.function of a partial config (its findings carry no function)
@@ -61,11 +61,8 @@ def open_sections(schema: Schema) -> dict[str, str]:
 def names_config_sections(f: OverrideFile) -> bool:
     """Whether a top-level key of the file is a ``ConfigContainer`` section: a YAML file that names none
     (a CI workflow, a data config pre-commit passed along) is not an override file to check alone."""
-    try:
-        container = Schema.load().get(CONFIG_CONTAINER)
-    except (FileNotFoundError, OSError):
-        return False
-    return container is not None and any(e.path.split(".", 1)[0].lstrip("+~") in container.fields for e in f.entries)
+    hits = section_keys(e.path for e in f.entries)
+    return hits is not None and any(hits)
 
 
 def partial_container(interp: Interpreter, files: list[OverrideFile]) -> Obj:

@@ -16,7 +16,7 @@ Default encodings (``FieldSchema.default``): ``{"value": literal}``, ``{"symbol"
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from mbmem_lint.records import dataclass, field
@@ -71,6 +71,18 @@ class ClassSchema:
 
     def has_field(self, name: str) -> bool:
         return name in self.fields
+
+
+def section_keys(paths: Iterable[str]) -> list[bool] | None:
+    """For each override path, whether its top-level key (``+``/``~`` prefixes dropped) is a
+    ``ConfigContainer`` section; None when the schema cannot be read."""
+    try:
+        container = Schema.load().get(CONFIG_CONTAINER)
+    except (FileNotFoundError, OSError):
+        return None
+    if container is None:
+        return None
+    return [p.split(".", 1)[0].lstrip("+~") in container.fields for p in paths]
 
 
 def _read_packaged(data: versions.BridgeData) -> dict[str, Any]:
