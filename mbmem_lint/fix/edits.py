@@ -73,8 +73,11 @@ def _edit(src: SourceFile, start: int, end: int, replacement: str) -> list[Edit]
 
 
 def _loc_span(src: SourceFile, idx: PyIndex | None, loc: Location) -> Span:
-    if idx is not None:
-        return idx.loc_span(loc)
+    return idx.loc_span(loc) if idx is not None else _text_span(src, loc)
+
+
+def _text_span(src: SourceFile, loc: Location) -> Span:
+    """The character span of ``loc`` in the file's text (empty at the start when it has no end)."""
     lines = line_table(src.text)
     s = lines.char_offset(loc.line, loc.column)
     if loc.end_line is None or loc.end_column is None:
@@ -761,11 +764,7 @@ def _yaml_source(sources: Sources, loc: Location) -> SourceFile | None:
 def _yaml_span(src: SourceFile, loc: Location, offsets: tuple[int, int] | None = None) -> Span:
     if offsets is not None and 0 <= offsets[0] <= offsets[1] <= len(src.text):
         return Span(offsets[0], offsets[1])
-    lines = line_table(src.text)
-    s = lines.char_offset(loc.line, loc.column)
-    if loc.end_line is None or loc.end_column is None:
-        return Span(s, s)
-    return Span(s, lines.char_offset(loc.end_line, loc.end_column))
+    return _text_span(src, loc)
 
 
 def yaml_set_value(entry: OverrideEntry, new_src: str, sources: Sources) -> list[Edit]:
