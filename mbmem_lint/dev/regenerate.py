@@ -57,7 +57,7 @@ def _bridges(corpus: Path, parts: dict[str, Any]) -> bytes:
 
     data = dump_bridges(generate_bridges(corpus))
     pack = Pack(data)
-    parts["bridges"] = LibrarySummary(pack.meta["modules"], pack, pack.meta["megatron_bridge"])
+    parts["bridges"] = LibrarySummary.from_pack(pack, "unknown")  # the generator always records the release
     return data
 
 

@@ -96,7 +96,7 @@ def load_bridge_library() -> LibrarySummary:
     if not res.is_file():
         raise BridgeError("mbmem_lint/data/bridges.pack is missing; run `mbmem-lint dev regenerate`")
     pack = Pack(res.read_bytes())
-    return LibrarySummary(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", "unknown"))
+    return LibrarySummary.from_pack(pack, "unknown")
 
 
 # -- running the bridges ---------------------------------------------------------------------------------

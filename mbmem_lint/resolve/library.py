@@ -52,6 +52,11 @@ class LibrarySummary:
         self.version = version
 
     @classmethod
+    def from_pack(cls, pack: Any, version: str) -> LibrarySummary:
+        """The summary a data pack holds (module table in its header); ``version`` when the header has none."""
+        return cls(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", version))
+
+    @classmethod
     def load(cls) -> LibrarySummary:
         """The summary of the active Megatron Bridge data (:func:`versions.active`), read once per data."""
         data = versions.active()
@@ -75,7 +80,7 @@ class LibrarySummary:
             pack = open_pack(map_file(res), data.pack_version())
         except KeyError:
             return cls({}, {}, data.version)
-        return cls(pack.meta["modules"], pack, pack.meta.get("megatron_bridge", data.version))
+        return cls.from_pack(pack, data.version)
 
     def has_module(self, name: str) -> bool:
         return name in self.modules
