@@ -17,7 +17,6 @@ from typing import Any
 
 from mbmem_lint.data import data_file
 from mbmem_lint.diagnostics import Location
-from mbmem_lint.parse.python import PythonParseError, lower_module
 from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.library import LibrarySummary
 from mbmem_lint.resolve.resolved import Unknown
@@ -64,21 +63,11 @@ def bridge_source_files(corpus: Path) -> list[Path]:
 
 
 def generate_bridges(corpus: Path) -> dict[str, Any]:
-    """Lower the conversion modules of the unpacked wheel at ``corpus``: same layout as the library summary."""
-    modules: dict[str, dict[str, Any]] = {}
-    bodies: dict[str, Any] = {}
-    for f in bridge_source_files(corpus):
-        rel = f.relative_to(corpus).as_posix()
-        name = ".".join(rel[:-3].split("/"))
-        try:
-            bodies[name] = lower_module(f.read_text(encoding="utf-8"), rel, class_bodies=True)
-        except PythonParseError as exc:  # pragma: no cover - the wheel parses
-            raise RuntimeError(f"{rel}: {exc.message}") from exc
-        modules[name] = {"path": rel, "package": False}
-    from mbmem_lint.resolve.schema_gen import package_version
+    """Lower the conversion modules of the unpacked wheel at ``corpus`` (class bodies kept): the library
+    summary's layout."""
+    from mbmem_lint.resolve.library import generate_library
 
-    return {"megatron_bridge": package_version(corpus, "bridge"), "modules": dict(sorted(modules.items())),
-            "bodies": bodies}
+    return generate_library(corpus, bridge_source_files(corpus), class_bodies=True)
 
 
 def dump_bridges(data: dict[str, Any]) -> bytes:

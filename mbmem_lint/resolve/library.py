@@ -116,22 +116,22 @@ def library_source_files(corpus: Path) -> list[Path]:
     return files
 
 
-def generate_library(corpus: Path) -> dict[str, Any]:
+def generate_library(corpus: Path, files: list[Path] | None = None, *, class_bodies: bool = False) -> dict[str, Any]:
     """Lower every summary module of the unpacked wheel or source tree at ``corpus`` (holding
-    ``megatron/bridge``): ``{"megatron_bridge": version, "modules": {name: {"path", "package"}},
-    "bodies": {name: IR}}``."""
+    ``megatron/bridge``), or only ``files``: ``{"megatron_bridge": version, "modules": {name: {"path",
+    "package"}}, "bodies": {name: IR}}``. ``class_bodies``: keep class statements' bodies (the bridges)."""
     from mbmem_lint.resolve.schema_gen import package_version
 
     modules: dict[str, dict[str, Any]] = {}
     bodies: dict[str, Any] = {}
-    for f in library_source_files(corpus):
+    for f in library_source_files(corpus) if files is None else files:
         rel = f.relative_to(corpus).as_posix()
         parts = rel[:-3].split("/")
         package = parts[-1] == "__init__"
         if package:
             parts = parts[:-1]
         try:
-            body = lower_module(f.read_text(encoding="utf-8"), rel)
+            body = lower_module(f.read_text(encoding="utf-8"), rel, class_bodies=class_bodies)
         except PythonParseError as exc:  # pragma: no cover - the wheel parses
             raise RuntimeError(f"{rel}: {exc.message}") from exc
         name = ".".join(parts)
