@@ -200,3 +200,19 @@ def test_frozen_language_model_trains_only_the_projection() -> None:
     m = 64 * 4
     proj = 2 * 64 + m * m + m + m * 256 + 256  # merger only (no deepstack)
     assert grads == int(proj / 2 * 4)  # TP 2, fp32 gradients of the projection alone
+
+
+def test_pixtral_vision_blocks_count_no_biases() -> None:
+    """transformers modeling_pixtral.py: PixtralAttention q/k/v/o and PixtralMLP gate/up/down have no bias."""
+    from mbmem_lint.estimate.kinds import Vision, vision_param_split
+
+    def tower(family: str, bias: bool) -> float:
+        v = Vision(family=family, depth=1, hidden=4, ffn=8, heads=1, patch=2, temporal_patch=1, in_channels=3,
+                   merge=2, out_hidden=6, positions=0, glu=True, rmsnorm=True, deepstack=0, frozen=False,
+                   proj_frozen=False, tokens=1.0, bias=bias)
+        return vision_param_split(v)[0]
+
+    # block: 2 RMSNorms 2*4, attention 4*12 + 4*4, SwiGLU 3*4*8 = 168; patch conv 3*2*2*4 = 48 and ln_pre 4
+    assert tower("pixtral", False) == 168 + 48 + 4
+    # with biases (a generic ViT): + qkv 12 + proj 4 + gate/up 16 + down 4; patch bias 4, no ln_pre
+    assert tower("generic", True) == 168 + 36 + 48 + 4

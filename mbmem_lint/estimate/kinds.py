@@ -96,6 +96,7 @@ class Vision:
     proj_frozen: bool
     tokens: float  # patches per sample (all images)
     source: str = ""
+    bias: bool = True  # the blocks' linears have biases (Pixtral's have none)
 
 
 @dataclass
@@ -195,8 +196,9 @@ def _vision(r: Reader, vc: dict[str, Any], lm_hidden: int, notes: list[str]) -> 
         deepstack = len(vc.get("deepstack_visual_indexes") or [])
         temporal = _int(vc, "temporal_patch_size", default=2)
     elif mt == "pixtral":
-        # Pixtral (Ministral 3): 2-D RoPE (no position table), RMSNorm, SwiGLU; Mistral3 projector: patch merger
-        # (2x2 patches -> h), then h -> LM width -> LM width.
+        # Pixtral (Ministral 3): 2-D RoPE (no position table), RMSNorm, SwiGLU, no biases (transformers
+        # modeling_pixtral.py: PixtralAttention and PixtralMLP linears bias=False); Mistral3 projector: patch
+        # merger (2x2 patches -> h), then h -> LM width -> LM width.
         family, merge, out_hidden, positions = "pixtral", _int(vc, "spatial_merge_size", default=2), lm_hidden, 0
         glu, rms, deepstack, temporal = True, True, 0, 1
     elif "siglip" in mt or "image_size" in vc:
@@ -222,7 +224,8 @@ def _vision(r: Reader, vc: dict[str, Any], lm_hidden: int, notes: list[str]) -> 
     return Vision(family=family, depth=depth, hidden=hidden, ffn=ffn, heads=heads, patch=patch,
                   temporal_patch=temporal, in_channels=_int(vc, "in_channels", "num_channels", default=3),
                   merge=merge, out_hidden=out_hidden, positions=positions, glu=glu, rmsnorm=rms,
-                  deepstack=deepstack, frozen=frozen, proj_frozen=proj_frozen, tokens=tokens, source=mt)
+                  deepstack=deepstack, frozen=frozen, proj_frozen=proj_frozen, tokens=tokens, source=mt,
+                  bias=mt != "pixtral")
 
 
 def _image_tokens(r: Reader, patch: int, notes: list[str]) -> float:
@@ -304,13 +307,12 @@ def vision_param_split(v: Vision) -> tuple[float, float]:
     """(ViT blocks + patch embedding + position table, merger(s)/projector) parameters."""
     h, f = v.hidden, v.ffn
     norm = h if v.rmsnorm else 2 * h
-    attn = h * 3 * h + 3 * h + h * h + h  # qkv and proj with biases
-    mlp = (3 * h * f + 2 * f + h) if v.glu else (2 * h * f + f + h)
+    attn = h * 3 * h + h * h + (3 * h + h if v.bias else 0)  # qkv and proj
+    mlp = (3 * h * f + (2 * f + h if v.bias else 0)) if v.glu else (2 * h * f + (f + h if v.bias else 0))
     block = 2 * norm + attn + mlp
     patch = v.in_channels * v.temporal_patch * v.patch * v.patch * h + (h if v.family in ("siglip", "generic") or
                                                                          (v.family == "qwen" and not v.rmsnorm) else 0)
     if v.family == "pixtral":
-        block -= 3 * h + h + 2 * f  # no biases in Pixtral's attention and MLP
         patch += h  # ln_pre
     positions = v.positions * h
     if v.family == "qwen":
