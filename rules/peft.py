@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef
+from mbmem_lint.estimate.inputs import regather_eligible_targets
 from mbmem_lint.resolve.resolved import is_known
 
 from ._common import PEFT, cuda_graph_impl, fix_set, peft_class, py
@@ -28,17 +29,6 @@ def _targets(ctx: RuleContext) -> list[str] | None:
     return [str(t) for t in v] if isinstance(v, (list, tuple)) else None
 
 
-def _eligible_targets(targets: list[str]) -> list[str]:
-    """Targets whose base linear name ends in linear_qkv / linear_fc1 and are not expert linears."""
-    out = []
-    for t in targets:
-        if "experts" in t and "shared_experts" not in t:
-            continue
-        if t.rstrip("*").endswith(("linear_qkv", "linear_fc1")) or t in ("*", ".*"):
-            out.append(t)
-    return out
-
-
 def _blockers(ctx: RuleContext) -> list[str]:
     out = []
     tp = ctx.tp()
@@ -55,12 +45,12 @@ def _blockers(ctx: RuleContext) -> list[str]:
         out.append("CPU activation offloading")
     targets = _targets(ctx)
     if targets is not None:
-        elig = _eligible_targets(targets)
+        elig = regather_eligible_targets(targets)
         if ctx.value_is("model.recompute_granularity", "selective") and "mlp" in (ctx.as_list("model.recompute_modules") or []):
             elig = [t for t in elig if not t.endswith("linear_fc1")]
             if not elig:
                 out.append("selective 'mlp' recompute covers linear_fc1")
-        if not _eligible_targets(targets):
+        if not regather_eligible_targets(targets):
             out.append("no linear_qkv/linear_fc1 (non-expert) targets")
     return out
 

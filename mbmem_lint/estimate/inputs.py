@@ -23,6 +23,13 @@ SHAPE_PATHS = ("model.num_layers", "model.hidden_size", "model.num_attention_hea
 LORA_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 
+def regather_eligible_targets(targets: list[str]) -> list[str]:
+    """LoRA targets whose base linear name ends in linear_qkv / linear_fc1 (or every linear) and that are not
+    expert linears: the adapters the input re-gather with sequence parallelism is about."""
+    return [t for t in targets if not ("experts" in t and "shared_experts" not in t)
+            and (t.rstrip("*").endswith(("linear_qkv", "linear_fc1")) or t in ("*", ".*"))]
+
+
 def dtype_bytes(value: Any, default: int) -> int:
     if not isinstance(value, str):
         return default

@@ -8,7 +8,7 @@ check names the rule that enforces the same behaviour (and through it the Megatr
 
 from __future__ import annotations
 
-from mbmem_lint.estimate.inputs import Getter
+from mbmem_lint.estimate.inputs import Getter, regather_eligible_targets
 from mbmem_lint.plan.knobs import Layout, Spec
 from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import is_known
@@ -70,8 +70,7 @@ class ModelFacts:
         scope = get("model.cuda_graph_scope")
         scope_l = [str(s) for s in scope] if isinstance(scope, list) else ([scope] if isinstance(scope, str) else [])
         targets = lora_targets or []
-        eligible = any((t.rstrip("*").endswith(("linear_qkv", "linear_fc1")) or t in ("*", ".*"))
-                       and not ("experts" in t and "shared_experts" not in t) for t in targets)
+        eligible = bool(regather_eligible_targets(targets))
         return ModelFacts(
             world_size=world_size, num_layers=num_layers, heads=heads,
             groups=_int(get, "model.num_query_groups"), ffn=_int(get, "model.ffn_hidden_size"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from mbmem_lint.estimate.inputs import Inputs
+from mbmem_lint.estimate.inputs import LORA_TARGETS, Inputs
 from mbmem_lint.estimate.pipeline import stage_layer_counts
 from mbmem_lint.plan.hardware import Calibration, Hardware
 from mbmem_lint.plan.knobs import Spec
@@ -181,7 +181,7 @@ class CostModel:
         self.train_mult = 2.0 if self.lora else 3.0  # frozen base: forward + input gradients, no wgrad
         self.logits_lin = 2.0 * sh.hidden * sh.vocab
         self.embed_params = float(sh.hidden * sh.vocab)
-        targets = flags.peft_targets or ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+        targets = flags.peft_targets or tuple(LORA_TARGETS)
         self.regather_qkv = any(t.rstrip("*").endswith("linear_qkv") or t in ("*", ".*") for t in targets)
         self.regather_fc1 = any(t.rstrip("*").endswith("linear_fc1") or t in ("*", ".*") for t in targets)
 
