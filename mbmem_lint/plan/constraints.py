@@ -8,7 +8,7 @@ check names the rule that enforces the same behaviour (and through it the Megatr
 
 from __future__ import annotations
 
-from mbmem_lint.estimate.inputs import Getter, regather_eligible_targets
+from mbmem_lint.estimate.inputs import Getter, Runtime, regather_eligible_targets
 from mbmem_lint.plan.knobs import Layout, Spec
 from mbmem_lint.records import dataclass
 from mbmem_lint.resolve.resolved import is_known
@@ -62,13 +62,12 @@ class ModelFacts:
     sft_cp_blocked: bool = False
 
     @staticmethod
-    def read(get: Getter, world_size: int | None, *, num_layers: int, heads: int, seq: int,
+    def read(get: Getter, world_size: int | None, *, runtime: Runtime, num_layers: int, heads: int, seq: int,
              peft_kind: str | None, lora_targets: list[str] | None, dense_mlp_layers: bool,
              model_class: str | None, sft_cp_blocked: bool = False) -> ModelFacts:
+        """``runtime``: the estimate's reading of the CUDA-graph settings (and the rest of the runtime)."""
         cls = model_class or ""
-        impl = known_str(get, "model.cuda_graph_impl") or "none"
-        scope = get("model.cuda_graph_scope")
-        scope_l = [str(s) for s in scope] if isinstance(scope, list) else ([scope] if isinstance(scope, str) else [])
+        impl = runtime.graph_impl
         targets = lora_targets or []
         eligible = bool(regather_eligible_targets(targets))
         return ModelFacts(
@@ -83,7 +82,7 @@ class ModelFacts:
             layout_string=get("model.pipeline_model_parallel_layout") is not None,
             account_extra=(get("model.account_for_embedding_in_pipeline_split") is True)
             + (get("model.account_for_loss_in_pipeline_split") is True),
-            graph_impl=impl, full_iteration_graph=impl == "full_iteration" or "full_iteration" in scope_l,
+            graph_impl=impl, full_iteration_graph=impl == "full_iteration" or "full_iteration" in runtime.graph_scope,
             peft_kind=peft_kind, lora_eligible_targets=eligible,
             moe_grouped_gemm=get("model.moe_grouped_gemm") is True,
             mla=get("model.multi_latent_attention") is True,

@@ -131,7 +131,7 @@ def read_current(get: Getter, world_size: int | None, *, model_class: str | None
     )
     kinds = layer_kinds(inp)
     facts = ModelFacts.read(
-        get, world_size, num_layers=inp.shape.num_layers, heads=inp.shape.heads, seq=inp.train.seq,
+        get, world_size, runtime=inp.rt, num_layers=inp.shape.num_layers, heads=inp.shape.heads, seq=inp.train.seq,
         peft_kind=peft_kind, lora_targets=inp.peft.targets if inp.peft is not None else None,
         dense_mlp_layers=any(k.mlp == "dense" for k in kinds), model_class=model_class,
         sft_cp_blocked=(dataset_class or "").endswith(SFT_DATASETS)
