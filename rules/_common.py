@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mbmem_lint.check.rule import RuleContext
+from mbmem_lint.check.rule import RuleContext, entry_for
 from mbmem_lint.diagnostics import Edit, Fix
 from mbmem_lint.resolve.resolved import Write, is_known
 
@@ -162,8 +162,7 @@ def fix_delete_dead(ctx: RuleContext, writes: list[Write], description: str) -> 
     also: tuple[str, ...] = ()
     for w in writes:
         if w.origin in ("yaml", "cli"):
-            entry = next((e for of in ctx.overrides for e in of.entries
-                          if e.location == w.location or e.key_location == w.location), None)
+            entry = entry_for(ctx, w)
             if entry is None or w.origin == "cli":
                 return None
             yaml.append(entry)

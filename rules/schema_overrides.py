@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef, override_entries
+from mbmem_lint.check.rule import Example, Finding, Rule, RuleContext, SourceRef, entry_for, override_entries
 from mbmem_lint.diagnostics import Edit
 from mbmem_lint.parse.override_types import OverrideEntry
-from mbmem_lint.resolve.resolved import Write, is_known
+from mbmem_lint.resolve.resolved import is_known
 
 from ._common import closest, fix_rename, py
 from .precision_optimizer import MP_NAMES
@@ -37,14 +37,6 @@ def _schema_suggestions(owner: str | None, name: str) -> list[str]:
         return []
 
 
-def _entry_for(ctx: RuleContext, w: Write) -> OverrideEntry | None:
-    for of in ctx.overrides:
-        for e in of.entries:
-            if e.location == w.location or e.key_location == w.location:
-                return e
-    return None
-
-
 def _unknown_fields(ctx: RuleContext) -> Iterator[Finding]:
     seen: set[tuple[str, int, int]] = set()
     for w in ctx.invalid_writes():
@@ -69,7 +61,7 @@ def _unknown_fields(ctx: RuleContext) -> Iterator[Finding]:
         elif hints:
             msg += f"; did you mean {hints[0]!r}?"
             if w.origin in ("yaml", "cli"):
-                entry = _entry_for(ctx, w)
+                entry = entry_for(ctx, w)
                 if entry is not None:
                     new_key = ".".join([*w.path.split(".")[:-1], hints[0]])
 
@@ -83,7 +75,7 @@ def _unknown_fields(ctx: RuleContext) -> Iterator[Finding]:
                 fix = fix_rename(ctx, w, hints[0], f"rename to {hints[0]}")
         loc = w.statement if (w.statement is not None and not w.statement.in_library) else w.anchor
         if w.origin in ("yaml", "cli"):
-            entry = _entry_for(ctx, w)
+            entry = entry_for(ctx, w)
             loc = entry.key_location if entry is not None else w.location
         yield Finding(msg, [w.path], location=loc, fix=fix)
 
@@ -233,7 +225,7 @@ def _override_types(ctx: RuleContext) -> Iterator[Finding]:
         if ctx.r.partial and w.path.startswith("model."):
             owner = "the model provider"  # a lone override file: GPTModelProvider stands in for any provider
         fix = None
-        entry = _entry_for(ctx, w)
+        entry = entry_for(ctx, w)
         if entry is not None and isinstance(w.value, str) and (text := _number_text(w.value, fs.type)) is not None:
             def build(entry: OverrideEntry = entry, text: str = text) -> list[Edit]:
                 from mbmem_lint.fix import edits

@@ -473,3 +473,12 @@ def version_tuple(text: str | None) -> tuple[int, ...] | None:
 
 def override_entries(ctx: RuleContext) -> list[OverrideEntry]:
     return list(ctx.override_file.entries) if ctx.override_file else []
+
+
+def entry_for(ctx: RuleContext, w: Write) -> OverrideEntry | None:
+    """The YAML override entry that made the write ``w`` (by its value's or its key's location)."""
+    for of in ctx.overrides:
+        for e in of.entries:
+            if e.location == w.location or e.key_location == w.location:
+                return e
+    return None
