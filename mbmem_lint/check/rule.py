@@ -349,11 +349,16 @@ def _load_schema() -> Any:
         return None
 
 
+_ENV_FIELD: list[Any] = [None, True]  # (schema, its ConfigContainer has env_vars)
+
+
 def _env_vars_field() -> bool:
     """The Megatron Bridge in use applies ``cfg.env_vars`` (a ConfigContainer field since 0.6)."""
     schema = _load_schema()
-    container = schema.get(CONFIG_CONTAINER) if schema is not None else None
-    return container is None or "env_vars" in container.fields
+    if schema is not _ENV_FIELD[0]:
+        container = schema.get(CONFIG_CONTAINER) if schema is not None else None
+        _ENV_FIELD[:] = [schema, container is None or "env_vars" in container.fields]
+    return bool(_ENV_FIELD[1])
 
 
 _APPLIES: dict[tuple[str, str], bool] = {}  # (data key, bridge_since) → applies
