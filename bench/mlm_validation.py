@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections.abc import Callable, Iterable
@@ -49,16 +50,14 @@ MECHANISMS = ("PP", "VPP", "pipeline layout", "uneven pipeline", "TP", "SP", "CP
 
 
 def reason_class(reason: str) -> str:
-    """A skip reason without its per-test details (for counting)."""
-    for sep in (": ", " (", " --"):
-        head, found, _ = reason.partition(sep)
-        if found and len(head) > 12:
-            return head
-    return reason
+    """A skip reason without its per-test details (argument names), for counting."""
+    return re.sub(r"--[A-Za-z0-9_-]+", "--<arg>", reason)
 
 
-def group_stats(rows: list[Row]) -> dict[str, Any]:
-    est = [r for r in rows if r.status == "estimated" and r.error is not None]
+def group_stats(rows: list[Row], current_only: bool = True) -> dict[str, Any]:
+    """Counts of a group's tests and rows, and the error statistics of its estimated rows (those of golden files a
+    recipe runs at the snapshot, unless ``current_only`` is off)."""
+    est = [r for r in rows if r.status == "estimated" and r.error is not None and (r.scheduled or not current_only)]
     errs = [abs(r.error) for r in est if r.error is not None]
     worst = max(est, key=lambda r: abs(r.error or 0.0), default=None)
     return {
@@ -71,8 +70,9 @@ def group_stats(rows: list[Row]) -> dict[str, Any]:
     }
 
 
-def grouped(rows: list[Row], names: Iterable[str], member: Callable[[Row, str], bool]) -> list[tuple[str, Any]]:
-    return [(name, group_stats([r for r in rows if member(r, name)])) for name in names]
+def grouped(rows: list[Row], names: Iterable[str], member: Callable[[Row, str], bool],
+            current_only: bool = True) -> list[tuple[str, Any]]:
+    return [(name, group_stats([r for r in rows if member(r, name)], current_only)) for name in names]
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -109,26 +109,26 @@ def skip_table(rows: list[Row]) -> str:
 
 
 def markdown(rows: list[Row]) -> str:
-    """The tables of docs/estimate.md: rows of golden files a recipe runs at the snapshot (by family, model kind
-    and mechanism), the families again with every golden file whose world size recipes/ gives, skip reasons."""
+    """The tables of docs/estimate.md: errors of the golden files a recipe runs at the snapshot, by family, model
+    kind and mechanism (test counts include every test of the group); the families again with every golden file
+    whose world size recipes/ gives; the skip reasons."""
     est = [r for r in rows if r.status == "estimated"]
-    current = [r for r in rows if r.scheduled]
-    cur_est = [r for r in current if r.status == "estimated"]
+    cur_est = [r for r in est if r.scheduled]
     tests = {r.test for r in rows}
     training = {r.test for r in rows if not r.reason.startswith(("not a training run", "not a pretraining"))}
     tests_est = {r.test for r in est}
     parts = [
-        f"{len(rows)} golden files of {len(tests)} tests ({len(training)} training runs). Estimated: "
-        f"**{len(tests_est)} tests** ({len(tests_est)} of {len(training)} training tests, "
-        f"{len(tests_est) / max(1, len(tests)):.0%} of all tests), {len(est)} golden files, of which "
-        f"{len(cur_est)} of {len({r.test for r in cur_est})} tests are golden files a recipe runs at the snapshot "
-        "(the tables below); the other rows are files no recipe compares with any more (their run may predate the "
-        "configuration).",
-        "", table("family", grouped(current, FAMILIES, lambda r, n: r.family == n)),
-        "", table("model kind", grouped(current, KINDS, lambda r, n: r.kind == n)),
-        "", table("mechanism", grouped(current, MECHANISMS, lambda r, n: n in r.mechanisms)),
+        f"{len(rows)} golden files of {len(tests)} tests ({len(training)} of them training runs). Estimated: "
+        f"**{len(tests_est)} tests** ({len(tests_est) / max(1, len(training)):.0%} of the training tests, "
+        f"{len(tests_est) / max(1, len(tests)):.0%} of all tests), {len(est)} golden files. The error statistics "
+        f"below are over the {len(cur_est)} golden files (of {len({r.test for r in cur_est})} tests) that a recipe "
+        "runs at the snapshot; the other estimated files are no longer compared by any recipe (their run may "
+        "predate the configuration) and are summarised in the second family table.",
+        "", table("family", grouped(rows, FAMILIES, lambda r, n: r.family == n)),
+        "", table("model kind", grouped(rows, KINDS, lambda r, n: r.kind == n)),
+        "", table("mechanism", grouped(rows, MECHANISMS, lambda r, n: n in r.mechanisms)),
         "", "Every golden file whose world size recipes/ gives (also those no recipe runs at the snapshot):",
-        "", table("family", grouped([r for r in rows if r.world_size], FAMILIES, lambda r, n: r.family == n)),
+        "", table("family", grouped(rows, FAMILIES, lambda r, n: r.family == n, current_only=False)),
         "", "Skipped golden files by reason:", "", skip_table(rows),
     ]
     return "\n".join(parts)
