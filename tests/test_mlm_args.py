@@ -268,3 +268,22 @@ def test_environment_the_estimate_reads() -> None:
     assert tr.fields["env_vars.PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert tr.fields["env_vars.NCCL_NVLS_ENABLE"] == "0"
     assert "env_vars.CUDA_DEVICE_MAX_CONNECTIONS" not in tr.fields
+
+
+def test_values_megatron_lm_would_refuse_are_skipped_not_raised() -> None:
+    assert run(num_attention_heads=0).skipped == "a model size, batch size, sequence length or parallel size below 1"
+    assert run(hidden_size="[1 2]").skipped == "--hidden-size: cannot read '[1 2]' as int"
+    assert run(kv_channels=None, hidden_size=500, num_attention_heads=7).skipped is None  # h // heads, as MLM
+
+
+def test_world_sizes_megatron_lm_would_refuse() -> None:
+    from mbmem_lint.dev.mlm_goldens import _layout_problem
+
+    tr = run(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, num_experts=8, expert_model_parallel_size=4,
+             expert_tensor_parallel_size=1)
+    assert _layout_problem(tr, 8) == "" and _layout_problem(tr, 16) == ""
+    assert _layout_problem(tr, 6) == "world size 6 not divisible by TP·PP·CP = 4"
+    assert _layout_problem(tr, 4) == "world size 4 / PP 2 not divisible by EP·ETP = 4"
+    # expert TP defaults to TP: EP 4 x ETP 2 needs 8 ranks per pipeline stage
+    wide = run(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, num_experts=8, expert_model_parallel_size=4)
+    assert _layout_problem(wide, 8) == "world size 8 / PP 2 not divisible by EP·ETP = 8"

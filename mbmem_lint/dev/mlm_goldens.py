@@ -279,8 +279,28 @@ def load_cases(data_dir: Path) -> list[Case]:
                 row.reason = f"{script} without a hybrid layer pattern" if translation.provider != "hybrid" else \
                     f"hybrid layer pattern under {script}"
                 continue
+            bad = _layout_problem(translation, row.world_size)
+            if bad:
+                row.reason = bad
+                continue
             row.status = "pending"
     return cases
+
+
+def _layout_problem(translation: Translation, world: int) -> str:
+    """Why Megatron-LM would refuse this world size for the run's parallel sizes (validate_args L432-434:
+    TP·PP·CP divides the world; parallel_state: EP·ETP divides world / PP), or ""."""
+    f = translation.fields
+    tp, pp, cp = (int(f.get(f"model.{k}_size") or 1) for k in
+                  ("tensor_model_parallel", "pipeline_model_parallel", "context_parallel"))
+    ep, etp = int(f.get("model.expert_model_parallel_size") or 1), int(f.get("model.expert_tensor_parallel_size") or 1)
+    if min(tp, pp, cp, ep, etp) < 1:
+        return "a parallel size below 1"
+    if world % (tp * pp * cp):
+        return f"world size {world} not divisible by TP·PP·CP = {tp * pp * cp}"
+    if (world // pp) % (ep * etp):
+        return f"world size {world} / PP {pp} not divisible by EP·ETP = {ep * etp}"
+    return ""
 
 
 def _gpus_per_node(config: Any) -> int | None:
@@ -414,6 +434,8 @@ def estimate_recipes(source: str, targets: Mapping[str, tuple[str, int]]) -> dic
                 out[recipe.function] = estimate_recipe(recipe, gpu=target[0], world_size=target[1])
             except EstimateUnavailable as exc:
                 out[recipe.function] = f"estimate unavailable: {exc.reason} ({', '.join(exc.missing_fields)})"
+            except Exception as exc:  # an estimator failure on one run is that row's reason, not the bench's end
+                out[recipe.function] = f"estimator error: {type(exc).__name__}: {exc}"
     for fn in targets:
         out.setdefault(fn, "the resolver found no recipe")
     return out
