@@ -141,7 +141,11 @@ def test_fragmentation_old_and_21(tmp_path: Path) -> None:
     diags = diagnose(scan, RunContext())
     assert [d.cls for d in diags] == ["fragmentation", "fragmentation"]
     assert diags[1].where.local_rank == 5 and "other processes" not in diags[1].message
-    assert diags[0].codes == ["MBM314"] and "expandable_segments:True" in diags[0].suggestions[0].title
+    # torch <= 2.0 has no expandable_segments (absent from the 2.0.1 wheel's libc10_cuda.so, present in 2.1.2's):
+    # the message's own advice (max_split_size_mb) first, then the upgrade; never MBM314's expandable segments.
+    assert diags[0].codes == [] and "max_split_size_mb" in diags[0].suggestions[0].title
+    assert "torch >= 2.1" in diags[0].suggestions[1].title and "no expandable_segments" in diags[0].message
+    assert diags[1].codes == ["MBM314"] and "expandable_segments:True" in diags[1].suggestions[0].title
 
 
 def test_expandable_segments_already_on_means_capacity(tmp_path: Path) -> None:

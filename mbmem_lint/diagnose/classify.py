@@ -8,9 +8,16 @@
 * **imbalance**: this rank's pipeline stage peaks well above the others (measured, or estimated with
   ``--recipe``) while they keep headroom: move work off that stage.
 * **capacity**: live tensors fill the GPU; the ranked cheapest changes, re-estimated with ``--recipe``.
-* **known-error**: a Megatron failure a rule of the catalog catches before launch.
+* **oversized-request**: one allocation larger than the whole GPU: a shape or data bug, not a memory
+  setting (no tuning is offered).
+* **other-processes**: other processes on the GPU hold the memory the request lacked (a co-located
+  inference engine, a zombie of an earlier run): freeing it comes before any allocator or model change.
+* **known-error**: a Megatron / Transformer Engine failure a rule of the catalog catches before launch,
+  with the numbers the message holds.
 * **unknown**: the message carries no allocator figures (an OOM in NCCL, Triton, cuBLAS, a raw
-  cudaMalloc) — the diagnosis says what is missing.
+  cudaMalloc), or is cut off before them — the diagnosis says what is missing.
+
+Communication failures, CUDA errors and unrecognised fatal ends: :mod:`.classify_failures`.
 """
 
 from __future__ import annotations
@@ -67,13 +74,15 @@ class RunContext:
 class Diagnosis:
     """The verdict on one OOM or known failure, with what to change."""
 
-    cls: str  # "fragmentation" | "capacity" | "imbalance" | "known-error" | "unknown"
+    cls: str  # see DIAGNOSIS_CLASSES
     where: Where
     message: str
     codes: list[str] = field(default_factory=list)
     suggestions: list[Suggestion] = field(default_factory=list)
     figures: OomEvent | None = None
     stage: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)  # what the class reads (collective, group, numbers...)
+    ranks: list[int] = field(default_factory=list)  # every rank the diagnosis covers (where the logs say)
 
     def to_json(self) -> dict[str, Any]:
         f = self.figures
@@ -86,7 +95,12 @@ class Diagnosis:
             "reserved_unallocated_bytes": f.reserved_unallocated_bytes if f else None,
             "codes": list(self.codes), "message": self.message,
             "suggestions": [s.to_json() for s in self.suggestions],
+            "ranks": list(self.ranks), "details": dict(self.details),
         }
+
+
+DIAGNOSIS_CLASSES = ("fragmentation", "capacity", "imbalance", "oversized-request", "other-processes", "known-error",
+                     "unknown", "communication", "cuda-error", "unrecognised-failure")
 
 
 def _rank_text(w: Where) -> str:
@@ -112,7 +126,24 @@ def is_fragmentation(ev: OomEvent) -> bool:
     return u >= r or (u >= r / 2 and u + (f or 0) >= r)
 
 
-def _expandable_suggestions(ctx: RunContext) -> list[Suggestion]:
+def _old_torch(ev: OomEvent | None) -> bool:
+    """The message is torch <= 2.0's: that PyTorch has no ``expandable_segments`` (the option is absent from
+    the 2.0.1 wheel's libc10_cuda.so and present in 2.1.2's; PyTorch 2.1 added it)."""
+    return ev is not None and ev.format == "torch<=2.0"
+
+
+OLD_TORCH_FRAGMENTATION = (
+    Suggestion("set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:<MB> (this PyTorch's own advice in the message: blocks "
+               "larger than <MB> are not split; expandable_segments does not exist before torch 2.1)",
+               "none to small (more cudaMalloc calls for large blocks)"),
+    Suggestion("upgrade to torch >= 2.1 and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+               "an upgrade; none measured at run time (Llama3 70B SFT on H100: same TFLOP/s)"),
+)
+
+
+def _expandable_suggestions(ctx: RunContext, ev: OomEvent | None = None) -> list[Suggestion]:
+    if _old_torch(ev):
+        return list(OLD_TORCH_FRAGMENTATION)
     out = [Suggestion("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (cfg.env_vars or the launch environment)",
                       "none measured (Llama3 70B SFT on H100: same TFLOP/s, the OOM gone)",
                       setting={"env_vars.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})]
@@ -136,13 +167,56 @@ GENERIC_CAPACITY = (
 )
 
 
-def _capacity_suggestions(ctx: RunContext) -> list[Suggestion]:
+def _capacity_suggestions(ctx: RunContext, ev: OomEvent | None = None) -> list[Suggestion]:
+    old = _old_torch(ev)
     if ctx.capacity_suggestions is not None:
-        return list(ctx.capacity_suggestions)
+        out = list(ctx.capacity_suggestions)
+        if old:  # the re-estimated list knows no torch release: drop what that PyTorch does not have
+            out = [s for s in out if "expandable_segments" not in f"{s.title} {s.setting or ''}"]
+        return out
     out = [Suggestion(title, cost) for title, cost in GENERIC_CAPACITY]
-    if ctx.expandable_segments is not True:
+    if ctx.expandable_segments is not True and not old:
         out.insert(0, _expandable_suggestions(ctx)[0])
     return out
+
+
+OVERSIZE_ADVICE = (
+    Suggestion("find the operation in the traceback's last frames and print the shapes that feed it (a mask or "
+               "attention matrix built from a wrong shape, a sequence length or batch read wrong, a vocabulary "
+               "mismatch)", "none"),
+)
+
+
+def _oversized(ev: OomEvent, who: str, when: str, stage: int | None) -> Diagnosis | None:
+    req, cap = ev.requested_bytes, ev.capacity_bytes
+    if not (ev.exceeds_limit or (req is not None and cap and req > cap)):
+        return None
+    asked = "more than 1 EB" if ev.exceeds_limit else gib(req)
+    on = f" on a GPU of {gib(cap)} total" if cap else ""
+    times = f" ({req / cap:,.0f}x the device)" if req and cap and req >= 2 * cap else ""
+    msg = (f"oversized request: {who}{when} asked for {asked} in one allocation{on}{times}. No memory setting makes "
+           "an allocation larger than the whole GPU fit: it is a shape or data bug (a tensor built from a wrong "
+           "shape), not memory pressure; no memory tuning applies")
+    return Diagnosis("oversized-request", ev.where, msg, [], list(OVERSIZE_ADVICE), ev, stage,
+                     details={"requested_bytes": req, "capacity_bytes": cap, "exceeds_limit": ev.exceeds_limit})
+
+
+OTHER_PROCESS_SHARE = 0.05  # other processes' memory counts as the pressure from this share of the GPU up
+
+
+def other_processes_pressure(ev: OomEvent) -> bool:
+    """The request would have fit without what other processes hold, and they hold a real share of the GPU."""
+    others, req, cap = ev.other_processes_bytes or 0, ev.requested_bytes, ev.capacity_bytes
+    if not others or req is None or not cap:
+        return False
+    shortfall = req - (ev.free_bytes or 0)
+    return others >= shortfall and others >= OTHER_PROCESS_SHARE * cap
+
+
+def _other_processes_text(ev: OomEvent) -> str:
+    pids = [str(p["pid"]) for p in ev.processes if not p.get("self") and p.get("pid") is not None]
+    return (f"other processes hold {gib(ev.other_processes_bytes)} on this GPU"
+            + (f" (PID {', '.join(pids[:4])}{', ...' if len(pids) > 4 else ''})" if pids else ""))
 
 
 def _stage_peaks(scan: ScanResult, layout: Layout) -> dict[int, int]:
@@ -226,7 +300,18 @@ def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set
     w = ev.where
     who, when = _rank_text(w), _when(w)
     stage = ctx.layout.stage_of(w.rank) if ctx.layout is not None else None
+    oversized = _oversized(ev, who, when, stage)
+    if oversized is not None:
+        return oversized
     if not ev.has_figures:
+        if ev.truncated:
+            have = [f"{name} {gib(v)}" for name, v in (("requested", ev.requested_bytes), ("capacity", ev.capacity_bytes),
+                                                        ("free", ev.free_bytes)) if v is not None]
+            msg = (f"{who} ran out of memory{when} in PyTorch's caching allocator, but the message is cut off before "
+                   f"the allocated and reserved figures (the log line was truncated); it has: {', '.join(have) or 'none'}"
+                   ". Missing: the allocated and reserved sizes that tell fragmentation from capacity. Look for the "
+                   "full message of the same rank (stderr, another log) or keep Megatron's memory report in the log")
+            return Diagnosis("unknown", w, msg, [], [], ev, stage)
         if ev.format == "memory-fraction":
             msg = (f"{who} ran out of memory{when}: a request of {gib(ev.requested_bytes)} exceeded the process's "
                    "memory fraction (torch.cuda.set_per_process_memory_fraction / per_process_memory_fraction); the "
@@ -243,7 +328,7 @@ def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set
                f"unallocated and {gib(free)} free of {gib(cap)}")
     others = ""
     if ev.other_processes_bytes:
-        others = f"; other processes hold {gib(ev.other_processes_bytes)} on this GPU (it is shared)"
+        others = f"; {_other_processes_text(ev)} (it is shared)"
     elif ev.process_bytes and alloc is not None:
         outside = ev.process_bytes - alloc - unalloc
         if outside > 0:
@@ -251,20 +336,40 @@ def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set
     retries = [r.alloc_retries for r in scan.reports if r.where.rank == w.rank and r.alloc_retries]
     if retries:
         others += f"; Bridge's memory report counted {max(retries)} cudaMalloc retries on this rank (a fragmentation sign)"
+    if ev.truncated:
+        others += "; the message is cut off after these figures"
+    if other_processes_pressure(ev):
+        shortfall = (req or 0) - (free or 0)
+        msg = (f"other processes: {who}{when} {figures}; {_other_processes_text(ev)}, more than the {gib(shortfall)} the "
+               "request lacked: without them it would have fit. Free that memory first (a co-located inference "
+               "engine's share, a process of an earlier run still holding the GPU), before any allocator or model change")
+        sugg = [Suggestion("find the processes on this GPU (nvidia-smi --query-compute-apps=pid,used_memory "
+                           "--format=csv on the node) and stop the stale ones, or lower a co-located engine's memory "
+                           "share", "none for this job")]
+        if is_fragmentation(ev):
+            sugg += _expandable_suggestions(ctx, ev)[:1]
+        return Diagnosis("other-processes", w, msg, [], sugg, ev, stage,
+                         details={"other_processes_bytes": ev.other_processes_bytes,
+                                  "processes": [dict(p) for p in ev.processes]})
     if is_fragmentation(ev):
         if ctx.expandable_segments is True:
             msg = (f"{who}{when} {figures}: the request fits in the unallocated reserve, but expandable segments "
                    f"were already on, so live blocks pin it{others}. Treat it as capacity: free memory at this peak")
-            return Diagnosis("capacity", w, msg, [CAPACITY_CODE], _capacity_suggestions(ctx), ev, stage)
+            return Diagnosis("capacity", w, msg, [CAPACITY_CODE], _capacity_suggestions(ctx, ev), ev, stage)
+        if _old_torch(ev):
+            msg = (f"fragmentation: {who}{when} {figures}{others}. The memory existed but not in one piece. This "
+                   "message format is torch <= 2.0's, which has no expandable_segments (added in torch 2.1): set "
+                   "max_split_size_mb, as the message itself advises, or upgrade to use expandable segments")
+            return Diagnosis("fragmentation", w, msg, [], _expandable_suggestions(ctx, ev), ev, stage)
         msg = (f"fragmentation: {who}{when} {figures}{others}. The memory existed but not in one piece: set "
                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True first (no throughput cost), before any model change")
-        return Diagnosis("fragmentation", w, msg, [EXPANDABLE_CODE], _expandable_suggestions(ctx), ev, stage)
+        return Diagnosis("fragmentation", w, msg, [EXPANDABLE_CODE], _expandable_suggestions(ctx, ev), ev, stage)
     imbalance = _imbalance(ev, ctx, oom_ranks, stage_peaks)
     if imbalance is not None:
         st, evidence = imbalance
         reason, sugg = _why_stage(st if st is not None else -1, ctx)
         msg = (f"one-stage imbalance: {who} (pipeline stage {st}){when} {figures}{others}; {evidence}. Why: {reason}")
-        return Diagnosis("imbalance", w, msg, [CAPACITY_CODE], sugg + _capacity_suggestions(ctx)[:2], ev, st)
+        return Diagnosis("imbalance", w, msg, [CAPACITY_CODE], sugg + _capacity_suggestions(ctx, ev)[:2], ev, st)
     share = f" ({alloc / cap * 100:.0f}% of the GPU)" if alloc is not None and cap else ""
     msg = f"capacity: {who}{when} {figures}{share}{others}: the live tensors do not fit"
     if ctx.estimate is not None and stage is not None:
@@ -273,7 +378,7 @@ def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set
             msg += f"; the estimate for stage {stage} is {gib(estimated_allocated(st_est))} allocated"
     if ctx.capacity_suggestions is None:
         msg += ". Give --recipe FILE::FUNCTION to rank the changes by re-estimated saving"
-    return Diagnosis("capacity", w, msg, [CAPACITY_CODE], _capacity_suggestions(ctx), ev, stage)
+    return Diagnosis("capacity", w, msg, [CAPACITY_CODE], _capacity_suggestions(ctx, ev), ev, stage)
 
 
 def classify_known(ev: KnownErrorEvent) -> Diagnosis:
@@ -288,15 +393,24 @@ def classify_known(ev: KnownErrorEvent) -> Diagnosis:
         parts.append(f"{code} {rule.name}: {rule.summary}")
         if rule.fix_description:
             sugg.append(Suggestion(f"{code}: {rule.fix_description}", "", setting=None))
-    msg = (f"{_rank_text(ev.where)} failed{_when(ev.where)} with a known Megatron error ({ev.error.ref}): "
-           f"{ev.error.text.strip()}. `mbmem-lint check` reports it before launch as " + "; ".join(parts))
-    return Diagnosis("known-error", ev.where, msg, list(ev.error.codes), sugg, None, None)
+    source = ev.error.ref + (f" at {ev.error.tag}" if ev.error.tag else "")
+    numbers = ", ".join(f"{k}={v}" for k, v in ev.values.items())
+    msg = (f"{_rank_text(ev.where)} failed{_when(ev.where)} with a known error ({source}): "
+           f"{ev.error.text.strip()}" + (f" ({numbers})" if numbers else "")
+           + ". `mbmem-lint check` reports it before launch as " + "; ".join(parts))
+    return Diagnosis("known-error", ev.where, msg, list(ev.error.codes), sugg, None, None,
+                     details={"values": dict(ev.values), "source": ev.error.ref, "source_release": ev.error.tag},
+                     ranks=[ev.where.rank] if ev.where.rank is not None else [])
 
 
 def diagnose(scan: ScanResult, ctx: RunContext) -> list[Diagnosis]:
-    """One diagnosis per OOM event (per rank and message) and per known failure, in log order."""
+    """One diagnosis per OOM event (per rank and message), per known failure, per communication / CUDA failure
+    (ranks folded together) and, when nothing else explains the end, per unrecognised fatal end; by file and line."""
     oom_ranks = scan.oom_ranks()
     peaks = _stage_peaks(scan, ctx.layout) if ctx.layout is not None and ctx.layout.known else {}
+    from mbmem_lint.diagnose.classify_failures import classify_failures
+
     out = [classify_oom(o, scan, ctx, oom_ranks, peaks) for o in scan.ooms]
     out += [classify_known(k) for k in scan.known]
-    return sorted(out, key=lambda d: (d.where.file, d.where.line))
+    out += classify_failures(scan, bool(out))
+    return sorted(out, key=lambda d: (d.where.file, d.where.line, d.cls))

@@ -27,7 +27,8 @@ class DiagnoseReport:
 
     @property
     def failed(self) -> bool:
-        return bool(self.scan.ooms or self.scan.known)
+        """A failure was diagnosed (exit 1)."""
+        return bool(self.diagnoses) or self.scan.failed
 
     def to_json(self) -> dict[str, Any]:
         s = self.scan
@@ -42,7 +43,10 @@ class DiagnoseReport:
             "layout": None if layout is None else {"world_size": layout.world_size, "tp": layout.tp, "pp": layout.pp,
                                                    "cp": layout.cp, "source": layout.source},
             "summary": {"files": list(s.files), "lines": s.lines, "ooms": len(s.ooms), "memory_reports": len(s.reports),
-                        "known_errors": len(s.known), "dropped": dict(s.dropped), "iteration_lines": s.iteration_lines,
+                        "known_errors": len(s.known), "communication_errors": len(s.comm), "cuda_errors": len(s.cuda),
+                        "fatal_ends": len(s.fatal), "secondary_fatal_ends": s.secondary_fatal,
+                        "failures": len(self.diagnoses),
+                        "dropped": dict(s.dropped), "iteration_lines": s.iteration_lines,
                         "first_iteration": s.first_iteration,
                         "last_throughput": s.last_throughput.to_json() if s.last_throughput else None,
                         "alloc_conf": s.alloc_conf},
@@ -100,13 +104,20 @@ def render_text(rep: DiagnoseReport) -> str:
     out.append("")
     summary = (f"{len(s.files)} log(s), {s.lines} lines: {len(s.ooms)} OOM report(s), {len(s.known)} known error(s), "
                f"{len(s.reports)} memory report(s)")
+    others = [(len(s.comm), "communication error(s)"), (len(s.cuda), "CUDA error(s)"),
+              (len(s.fatal), "unexplained fatal end(s)")]
+    summary += "".join(f", {n} {what}" for n, what in others if n)
     if s.last_throughput and s.last_throughput.iteration is not None:
         t = s.last_throughput
         summary += f"; last iteration {t.iteration}"
         if t.elapsed_ms is not None:
             summary += f" ({t.elapsed_ms:.1f} ms"
             summary += f", {t.tflops_per_gpu:.1f} TFLOP/s/GPU)" if t.tflops_per_gpu is not None else ")"
-    out.append(summary + ("." if rep.failed else ". No OOM or known failure found."))
+    out.append(summary + ("." if rep.failed else ". No failure found (no OOM, known error, communication or CUDA error, "
+                                                 "or traceback)."))
+    if s.secondary_fatal:
+        out.append(f"note: {s.secondary_fatal} more fatal end(s) (tracebacks, aborts, child failures) of processes whose "
+                   "failure is diagnosed above")
     for n in [*s.notes, *rep.notes]:
         out.append(f"note: {n}")
     if s.dropped:
@@ -127,7 +138,7 @@ def render_markdown(rep: DiagnoseReport) -> str:
             out.append(f"| {d.cls} | {d.where.rank if d.where.rank is not None else '—'} | {it} | "
                        f"`{d.where.file}:{d.where.line}` | {cell(d.message)} | {cell(first)} |")
     else:
-        out.append("No OOM or known failure found.")
+        out.append("No failure found (no OOM, known error, communication or CUDA error, or traceback).")
     if rep.comparison:
         out += ["", "| Stage | Measured max allocated | Estimated allocated | Error |", "|---|---:|---:|---:|"]
         for c in rep.comparison:
