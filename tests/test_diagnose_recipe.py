@@ -95,8 +95,10 @@ def test_record_needs_recipe_and_reports(tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_text("nothing\n")
     res = run_cli(["diagnose", "empty.log", "--recipe", TARGET, "--record"], cwd=tmp_path)
     assert res.exit_code == 2 and "nothing to record" in res.stderr
-    res = run_cli(["diagnose", "train.log", "--recipe", "recipe.py::nope"], cwd=tmp_path)
-    assert res.exit_code == 2 and "no recipe 'nope'" in res.stderr
+    res = run_cli(["diagnose", "train.log", "--recipe", "recipe.py::small_pretrain_8gpu_h100_bf16"], cwd=tmp_path)
+    assert res.exit_code == 2, res.output
+    assert ("recipe.py has no function 'small_pretrain_8gpu_h100_bf16'; did you mean: "
+            "recipe.py::small_pretrain_8gpu_h100_bf16_config?") in res.stderr
 
 
 def test_outputs_match_their_schemas(tmp_path: Path) -> None:

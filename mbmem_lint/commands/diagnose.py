@@ -12,8 +12,7 @@ from mbmem_lint.commands.common import (
     echo,
     fail,
     format_option,
-    load_settings_for,
-    resolve_options,
+    split_target,
 )
 
 TYPE_CHECKING = False
@@ -22,10 +21,12 @@ if TYPE_CHECKING:
 
 
 @click.command(context_settings=CONTEXT_SETTINGS,
-               short_help="Diagnose OOMs and known failures from training logs.")
+               short_help="Diagnose a failed job from its logs (OOMs, NCCL, CUDA and Megatron errors).")
 @click.argument("logs", nargs=-1, required=True, metavar="LOG...")
-@click.option("--recipe", metavar="FILE::FUNCTION",
-              help="The recipe the job ran: per-stage comparison with the estimate and re-estimated fixes.")
+@click.option("--recipe", "recipes", multiple=True, metavar="TARGET",
+              help="The recipe the job ran, as `estimate` takes it: FILE::FUNCTION, a recipe file, or a YAML override "
+                   "(paired by its first-line comment or [tool.mbmem-lint.recipes], or with a FILE::FUNCTION given "
+                   "as another --recipe). Adds the per-stage comparison with the estimate and re-estimated fixes.")
 @click.option("--gpu", metavar="NAME", help="GPU of the job (default: the recipe's target, else the OOM's capacity).")
 @click.option("--world-size", type=click.IntRange(min=1), help="Number of GPUs of the job.")
 @click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE", help="Overrides the job ran with (repeatable).")
@@ -34,20 +35,20 @@ if TYPE_CHECKING:
               help="Append the measured-vs-estimated rows to the measurements file (needs --recipe).")
 @click.option("--measurements", "measurements_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Measurements file (default: [tool.mbmem-lint] measurements, .mbmem-lint/measurements.json).")
-def diagnose(logs: tuple[str, ...], recipe: str | None, gpu: str | None, world_size: int | None,
+def diagnose(logs: tuple[str, ...], recipes: tuple[str, ...], gpu: str | None, world_size: int | None,
              set_items: tuple[str, ...], fmt: str, record: bool, measurements_file: str | None) -> int:
-    """Read training logs (plain or gzip, Slurm/torchrun rank prefixes) and diagnose every OOM
-    (fragmentation, capacity, one-stage imbalance, unknown) and known Megatron failure.
+    """Read the logs of a failed job (plain or gzip, Slurm/torchrun rank prefixes, regular files only) and
+    diagnose what ended it: OOMs (fragmentation, capacity, one-stage imbalance, oversized request, other
+    processes' memory), NCCL timeouts and errors, CUDA errors, Megatron / Transformer Engine errors a rule
+    catches before launch, and any other fatal end (unrecognised failure).
 
-    Exit 1 when an OOM or a known failure was found, 0 when the logs hold none, 2 for unreadable
-    input."""
-    import json
-
+    Exit codes: 0 no failure found; 1 failures diagnosed; 2 usage or input error (an unreadable log, a FIFO
+    or device, a bad --recipe, a bad measurements file with --record)."""
     from mbmem_lint.diagnose.logread import LogReadError
     from mbmem_lint.diagnose.report import render_markdown, render_text, run_diagnose
     from mbmem_lint.diagnose.scan import scan_logs
 
-    if record and recipe is None:
+    if record and not recipes:
         fail("--record needs --recipe FILE::FUNCTION (the measurement is keyed by the recipe's configuration)")
     try:
         scan = scan_logs(list(logs))
@@ -57,14 +58,16 @@ def diagnose(logs: tuple[str, ...], recipe: str | None, gpu: str | None, world_s
     extra: list[str] = []
     resolved: Any = None
     settings: Any = None
-    if recipe is not None:
-        resolved, settings, ctx, extra = _recipe(recipe, scan, gpu, world_size, set_items)
+    if recipes:
+        resolved, settings, ctx, extra = _recipe(recipes, scan, gpu, world_size, set_items)
     report = run_diagnose(scan, ctx)
     report.notes[:0] = extra
     if record:
         _record(report, resolved, settings, measurements_file, list(logs))
     if fmt == "json":
-        echo(json.dumps(report.to_json(), indent=2))
+        from mbmem_lint.diagnose.measurements import dumps, finite
+
+        echo(dumps(finite(report.to_json())))
     elif fmt == "markdown":
         echo(render_markdown(report), nl=False)
     else:
@@ -72,24 +75,49 @@ def diagnose(logs: tuple[str, ...], recipe: str | None, gpu: str | None, world_s
     return EXIT_FINDINGS if report.failed else EXIT_CLEAN
 
 
-def _recipe(ref: str, scan: Any, gpu: str | None, world_size: int | None, set_items: tuple[str, ...]) -> Any:
-    from mbmem_lint.commands.common import split_target
-    from mbmem_lint.diagnose.recipe import RecipeError, recipe_context
-    from mbmem_lint.discover.files import MissingPathError
-    from mbmem_lint.pipeline import resolve_paths
+YAML_SUFFIXES = (".yaml", ".yml")
 
-    file_part, function = split_target(ref)
-    if function is None:
-        fail(f"--recipe must look like FILE::FUNCTION, got {ref!r}")
-    settings = load_settings_for([file_part])
-    options = resolve_options(gpu, world_size, None, set_items, function)
-    try:
-        run = resolve_paths([file_part], settings, options)
-    except MissingPathError as exc:
-        fail(f"{exc}: no such file or directory")
-    if not run.recipes:
-        why = "; ".join(d.message for d in run.diagnostics[:3]) or "not found or not a recipe"
-        fail(f"no recipe {function!r} in {file_part}: {why}")
+
+def _recipe(refs: tuple[str, ...], scan: Any, gpu: str | None, world_size: int | None,
+            set_items: tuple[str, ...]) -> Any:
+    """The one recipe the job ran, from the ``--recipe`` targets (the same targets ``estimate`` takes): one
+    FILE::FUNCTION or recipe file, and any YAML overrides applied to it."""
+    from mbmem_lint.commands.resolve import resolve_targets
+    from mbmem_lint.diagnose.recipe import RecipeError, recipe_context
+    from mbmem_lint.resolve.target import missing_function_message
+
+    yaml = [r for r in refs if split_target(r)[0].lower().endswith(YAML_SUFFIXES)]
+    python = [r for r in refs if r not in yaml]
+    if len(python) > 1:
+        fail(f"--recipe names one recipe (FILE::FUNCTION or a recipe file) and any YAML overrides; got {len(python)} "
+             f"recipes: {', '.join(python)}")
+    for ref in python:
+        file_part, function = split_target(ref)
+        if function is not None:
+            missing = missing_function_message(file_part, function)
+            if missing is not None:
+                fail(missing)
+    if yaml:
+        paired = python[0] if python else None
+        if paired is not None and split_target(paired)[1] is None:
+            fail(f"YAML overrides apply to one recipe function: give --recipe FILE::FUNCTION, not {paired!r}")
+        run, settings = resolve_targets(tuple(yaml), None, gpu, world_size, paired, set_items)
+        what = ", ".join(yaml)
+        if not run.recipes:
+            why = "; ".join(d.message for d in run.diagnostics[:3])
+            fail(f"{what}: names no recipe to apply to: give --recipe FILE::FUNCTION too, or declare it "
+                 "(first line '# mbmem-lint: recipe=FILE::FUNCTION', or [tool.mbmem-lint.recipes])"
+                 + (f" ({why})" if why else ""))
+    else:
+        run, settings = resolve_targets((python[0],), None, gpu, world_size, None, set_items)
+        what = python[0]
+        if not run.recipes:
+            why = "; ".join(d.message for d in run.diagnostics[:3]) or "not found or not a recipe"
+            fail(f"no recipe in {what}: {why}")
+    if len(run.recipes) > 1:
+        names = ", ".join(f"{r.path}::{r.function}" for r in run.recipes[:6])
+        fail(f"{what} holds {len(run.recipes)} recipes; name the one the job ran: {names}"
+             + (", ..." if len(run.recipes) > 6 else ""))
     try:
         rc = recipe_context(run.recipes[0], scan, gpu, world_size)
     except RecipeError as exc:

@@ -23,7 +23,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 class LogReadError(Exception):
-    """A log that cannot be read at all (missing, a folder, unreadable, not text): exit 2."""
+    """A log that cannot be read at all (missing, a folder, a FIFO or device, unreadable, not text): exit 2."""
 
 
 @dataclass
@@ -70,14 +70,12 @@ class LogReader:
         self._raw: BinaryIO | None = None
 
     def _open(self) -> BinaryIO:
-        import os
+        from mbmem_lint.diagnose.inputs import InputFileError, open_regular
 
-        if os.path.isdir(self.path):
-            raise LogReadError(f"{self.path}: is a directory")
         try:
-            raw = open(self.path, "rb")  # noqa: SIM115 - closed by the caller's ``with``
-        except OSError as exc:
-            raise LogReadError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+            raw = open_regular(self.path, "log")  # a FIFO or a device is refused, not read forever
+        except InputFileError as exc:
+            raise LogReadError(str(exc)) from None
         try:
             head = raw.read(SNIFF_BYTES)
             raw.seek(0)

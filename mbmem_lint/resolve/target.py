@@ -39,3 +39,67 @@ def resolve_target(
             world, world_src = wvalue, src
             break
     return Target(canonical_gpu(gpu) if gpu else None, world, gpu_src, world_src)
+
+
+MAX_TARGET_FILE_BYTES = 16 * 2**20  # a recipe file; a larger one is not read for suggestions
+
+
+def file_functions(path: str) -> list[str] | None:
+    """The names of the top-level functions of the Python file ``path`` (read with ``ast``, never run), None
+    when it cannot be read or parsed."""
+    import ast
+    import os
+
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_TARGET_FILE_BYTES:
+            return None
+        with open(path, "rb") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _bound_elsewhere(path: str, name: str) -> bool:
+    """``name`` is bound at the top level of ``path`` otherwise than by ``def`` (imported, assigned, or a star
+    import that may bring it): a target naming it is not a typo."""
+    import ast
+
+    try:
+        with open(path, "rb") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*" or (alias.asname or alias.name).split(".")[0] == name:
+                    return True
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
+
+
+def closest_functions(path: str, name: str, limit: int = 3) -> list[str]:
+    """The top-level functions of ``path`` whose names are closest to ``name`` (a ``FILE::FUNCTION`` that names no
+    function: did you mean ...), best first; all of them (up to ``limit``) when none is close."""
+    from difflib import get_close_matches  # only on a typo: keeps start-up lean
+
+    names = file_functions(path) or []
+    public = [n for n in names if not n.startswith("_")] or names
+    close = get_close_matches(name, public, n=limit, cutoff=0.5)
+    return close or sorted(public)[:limit]
+
+
+def missing_function_message(path: str, name: str) -> str | None:
+    """"FILE has no function NAME; did you mean: a, b?" when ``path`` (a readable Python file) defines no
+    top-level ``name``; None when it does, or when the file cannot be read (the caller reports that)."""
+    names = file_functions(path)
+    if names is None or name in names or _bound_elsewhere(path, name):
+        return None
+    hits = closest_functions(path, name)
+    if not hits:
+        return f"{path} has no function {name!r} (it defines no top-level function)"
+    return f"{path} has no function {name!r}; did you mean: {', '.join(f'{path}::{h}' for h in hits)}?"
