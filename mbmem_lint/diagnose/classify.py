@@ -33,6 +33,7 @@ GIB = 1024**3
 IMBALANCE_RATIO = 1.15  # a stage this much above every other stage is "one-stage imbalance"
 HEADROOM_FRACTION = 0.10  # ... while the other stages leave at least this share of the GPU free
 CAPACITY_CODE = "MBM701"
+ALLOCATOR_FORMATS = ("torch>=2.1", "torch<=2.0", "allocator")  # the caching allocator's own messages
 EXPANDABLE_CODE = "MBM314"
 
 
@@ -304,11 +305,14 @@ def classify_oom(ev: OomEvent, scan: ScanResult, ctx: RunContext, oom_ranks: set
     if oversized is not None:
         return oversized
     if not ev.has_figures:
-        if ev.truncated:
+        if ev.truncated or ev.format in ALLOCATOR_FORMATS:
             have = [f"{name} {gib(v)}" for name, v in (("requested", ev.requested_bytes), ("capacity", ev.capacity_bytes),
-                                                        ("free", ev.free_bytes)) if v is not None]
-            msg = (f"{who} ran out of memory{when} in PyTorch's caching allocator, but the message is cut off before "
-                   f"the allocated and reserved figures (the log line was truncated); it has: {', '.join(have) or 'none'}"
+                                                        ("free", ev.free_bytes), ("allocated", ev.allocated_bytes))
+                    if v is not None]
+            why = ("cut off before the allocated and reserved figures (the log line was truncated)" if ev.truncated
+                   else "has figures that are not sizes (unreadable numbers)")
+            msg = (f"{who} ran out of memory{when} in PyTorch's caching allocator, but the message {why}; it has: "
+                   f"{', '.join(have) or 'none'}"
                    ". Missing: the allocated and reserved sizes that tell fragmentation from capacity. Look for the "
                    "full message of the same rank (stderr, another log) or keep Megatron's memory report in the log")
             return Diagnosis("unknown", w, msg, [], [], ev, stage)
@@ -395,8 +399,10 @@ def classify_known(ev: KnownErrorEvent) -> Diagnosis:
             sugg.append(Suggestion(f"{code}: {rule.fix_description}", "", setting=None))
     source = ev.error.ref + (f" at {ev.error.tag}" if ev.error.tag else "")
     numbers = ", ".join(f"{k}={v}" for k, v in ev.values.items())
+    found = ev.error.pattern.search(ev.text)
+    said = found.group(0).strip() if found else ev.error.text.strip()
     msg = (f"{_rank_text(ev.where)} failed{_when(ev.where)} with a known error ({source}): "
-           f"{ev.error.text.strip()}" + (f" ({numbers})" if numbers else "")
+           f"{said}" + (f" (read back: {numbers})" if numbers else "")
            + ". `mbmem-lint check` reports it before launch as " + "; ".join(parts))
     return Diagnosis("known-error", ev.where, msg, list(ev.error.codes), sugg, None, None,
                      details={"values": dict(ev.values), "source": ev.error.ref, "source_release": ev.error.tag},

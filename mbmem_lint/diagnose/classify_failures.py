@@ -107,8 +107,13 @@ def _timeouts(group: list[CommEvent], other_failures: bool) -> Diagnosis:
     ran = max((e.elapsed_ms for e in group if e.elapsed_ms is not None), default=None)
     seqs = sorted({e.seq for e in group if e.seq is not None})
     seq = f" (SeqNum {seqs[0]})" if len(seqs) == 1 else f" (SeqNum {seqs[0]}-{seqs[-1]})" if seqs else ""
+    collectives = list(dict.fromkeys(e.collective for e in group if e.collective))
+    if len(collectives) > 1:  # e.g. the SEND and the RECV of one pipeline exchange
+        what = " / ".join(f"{c} ({_rank_list(_ranks(e for e in group if e.collective == c))})" for c in collectives)
+    else:
+        what = collectives[0] if collectives else "a collective"
     msg = (f"communication: NCCL watchdog timeout on {_rank_list(ranks)}{_iteration_text(group)}: "
-           f"{first.collective or 'a collective'}{seq}{where_group} ran "
+           f"{what}{seq}{where_group} ran "
            f"{ran if ran is not None else '?'} ms against a timeout of {timeout if timeout is not None else '?'} ms"
            + (f" ({timeout / 60000:g} min)" if timeout else "")
            + ". A timeout is where the job stopped, not necessarily why: the ranks waited for one that did not enter "
@@ -116,7 +121,8 @@ def _timeouts(group: list[CommEvent], other_failures: bool) -> Diagnosis:
     if other_failures:
         msg += "; other failures in these logs (listed with this one) are the first place to look"
     sugg = [FLIGHT_RECORDER, NCCL_DEBUG, RAISE_TIMEOUT]
-    details = {"type": "watchdog-timeout", "collective": first.collective, "group": first.group,
+    details = {"type": "watchdog-timeout", "collective": first.collective, "collectives": collectives,
+               "group": first.group,
                "dimension": dim[0] if dim else None, "setting": dim[1] if dim else None, "process_group": first.pg,
                "timeout_ms": timeout, "elapsed_ms": ran, "seq": seqs, "events": sum(e.count for e in group)}
     return Diagnosis("communication", first.where, msg, [], sugg, None, None, details=details, ranks=ranks)
@@ -211,12 +217,14 @@ def _fatal(ev: FatalEvent) -> Diagnosis:
         what = f"the process aborted: {ev.exception}"
     else:
         what = f"the job ended with {ev.exception}{where}"
-    msg = (f"unrecognised failure: {_rank_text(w)}{_when(w)}: {what}. No known pattern explains it"
+    ranks = sorted(ev.ranks)
+    who = _rank_list(ranks) if len(ranks) > 1 else _rank_text(w)
+    msg = (f"unrecognised failure: {who}{_when(w)}: {what}. No known pattern explains it"
            + (f" ({ev.count} processes ended with the same error)" if ev.count > 1 else ""))
     return Diagnosis("unrecognised-failure", w, msg, [], [], None, None,
                      details={"type": ev.type, "exception": ev.exception, "location": ev.location,
                               "exitcode": ev.exitcode, "signal": ev.signal, "host": ev.host, "events": ev.count},
-                     ranks=[w.rank] if w.rank is not None else [])
+                     ranks=ranks)
 
 
 def classify_failures(scan: ScanResult, oom_or_known: bool) -> list[Diagnosis]:
@@ -226,7 +234,7 @@ def classify_failures(scan: ScanResult, oom_or_known: bool) -> list[Diagnosis]:
     cuda_or_earlier = oom_or_known or bool(scan.cuda)
     comm = scan.comm
     for g in _group_by([e for e in comm if e.type == "watchdog-timeout"],
-                       lambda e: (e.group or e.pg, e.collective, e.timeout_ms)):
+                       lambda e: (e.group or e.pg, e.timeout_ms)):
         out.append(_timeouts(g, cuda_or_earlier))
     for g in _group_by([e for e in comm if e.type == "nccl-error"], lambda e: e.nccl_error):
         out.append(_nccl_errors(g, cuda_or_earlier or any(e.type == "ib-error" for e in comm)))

@@ -103,6 +103,9 @@ def parse_comm(text: str) -> dict[str, Any] | None:
         m = F.WATCHDOG.search(text)
         if m:
             pg = m.group("pg")
+            if pg is None:  # "[PG ID 2 PG GUID 5(NAME) Rank 3] Process group watchdog thread terminated with ..."
+                prefix = F.PG_PREFIX.search(text, 0, m.start())
+                pg = prefix.group(1) if prefix else None
             desc = F.PG_DESC.search(pg) if pg else None
             return {"type": "watchdog-timeout", "start": m.start(), "collective": m.group("op"),
                     "seq": F.bounded_int(m.group("seq")), "numel_in": F.bounded_int(m.group("numel_in")),
@@ -205,6 +208,7 @@ class FatalEvent:
     signal: str | None = None
     host: str | None = None
     count: int = 1
+    ranks: list[int] = field(default_factory=list)  # every rank that ended with this same error
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "fatal", **self.where.json_fields(), "type": self.type, "exception": self.exception,

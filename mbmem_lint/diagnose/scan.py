@@ -376,6 +376,7 @@ class Scanner:
         self._oom_index: dict[tuple[Any, ...], OomEvent] = {}
         self._known_index: dict[tuple[Any, ...], KnownErrorEvent] = {}
         self._comm_index: dict[tuple[Any, ...], CommEvent] = {}
+        self._last_timeout: dict[Who, CommEvent] = {}
         self._cuda_index: dict[tuple[Any, ...], CudaErrorEvent] = {}
         self._fatal_index: dict[tuple[Any, ...], FatalEvent] = {}
         self._tracebacks: dict[Who, TracebackState] = {}  # open tracebacks, by process
@@ -442,6 +443,8 @@ class Scanner:
             recognised = True
         elif "NCCL INFO HINT" in text:
             self._ib_hint(line)
+        elif self._last_timeout and "[PG " in text:
+            self._pg_line(line)
         if not recognised:
             cuda = parse_cuda_error(text)
             if cuda is not None:
@@ -550,11 +553,27 @@ class Scanner:
         seen = self._comm_index.get(key)
         if seen is not None:
             seen.count += 1
+            if seen.group is None and found.get("group"):  # the "terminated with exception" line names the PG
+                seen.group, seen.pg = found["group"], found.get("pg")
             return
         begin = max(0, start - 120) if found["type"] == "watchdog-timeout" else start
         event = CommEvent(self._where(line, rank=rank), text=line.text[begin:begin + MAX_TEXT].strip(), **found)
         if self._keep("communication", self.result.comm, event):
             self._comm_index[key] = event
+            if event.type == "watchdog-timeout":
+                self._last_timeout[who] = event
+
+    def _pg_line(self, line: LogLine) -> None:
+        """A ProcessGroupNCCL line with a "[PG ...]" prefix right after a timeout of the same rank names the
+        timed-out work's process group (torch prints "[Rank N] Watchdog caught ..." without it)."""
+        m = F.PG_PREFIX.search(line.text)
+        if m is None:
+            return
+        rank = F.bounded_int(m.group(2))
+        ev = self._last_timeout.get(_who(line, line.rank if line.rank is not None else rank))
+        if ev is not None and ev.group is None and ev.where.file == line.path and 0 <= line.lineno - ev.where.line <= 20:
+            desc = F.PG_DESC.search(m.group(1))
+            ev.pg, ev.group = m.group(1).strip(), desc.group(1) if desc else None
 
     def _ib_hint(self, line: LogLine) -> None:
         m = F.IB_HINT.search(line.text)
@@ -716,22 +735,27 @@ class Scanner:
         """The fatal ends no recognised failure of the same process explains: the last one of each process,
         one event per distinct exception (ranks dying of the same error fold together)."""
         r = self.result
-        explained_ranks = {w[1] for w in self._explained if w[1] is not None}
+        if r.ooms or r.known or r.comm or r.cuda:  # the job's end is diagnosed: the rest follows from it
+            r.secondary_fatal += len(self._fatal_candidates)
+            return
         last: dict[Who, FatalEvent] = {}
         for who, ev in self._fatal_candidates:
-            if who in self._explained or (ev.type == "child-failed" and ev.where.rank in explained_ranks):
-                r.secondary_fatal += 1
-                continue
             prev = last.get(who)
             if prev is not None:
                 r.secondary_fatal += 1
+                if ev.type == "child-failed" and prev.type != "child-failed":
+                    continue  # the rank's own traceback says more than the launcher's account of it
             last[who] = ev
         for ev in sorted(last.values(), key=lambda e: (e.where.file, e.where.line)):
             key = (ev.type, ev.exception)
             seen = self._fatal_index.get(key)
             if seen is not None:
                 seen.count += 1
+                if ev.where.rank is not None and ev.where.rank not in seen.ranks:
+                    seen.ranks.append(ev.where.rank)
                 continue
+            if ev.where.rank is not None:
+                ev.ranks.append(ev.where.rank)
             if self._keep("fatal", r.fatal, ev):
                 self._fatal_index[key] = ev
 
