@@ -189,9 +189,9 @@ def parse_cuda_error(text: str) -> dict[str, Any] | None:
         error = "cuDNN " + error
     elif m.group("via") == "cuBLAS Error":
         error = "cuBLAS " + error
-    exc = F.CUDA_EXCEPTION.search(text[: m.start() + 1])
+    exc = F.CUDA_EXCEPTION.search(text)
     return {"start": m.start(), "error": error[:200], "via": via, "call": m.group("call"),
-            "exception": exc.group(1) if exc else None}
+            "exception": exc.group(1) if exc and exc.start() < m.start() else None}
 
 
 @dataclass
