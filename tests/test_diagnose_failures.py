@@ -114,6 +114,13 @@ def test_layout_errors_of_every_wording_link_to_mbm101_with_numbers() -> None:
     assert old.details["values"] == {"world_size": 4, "expert_tensor_model_pipeline_parallel_size": 8}
 
 
+def test_trigger_words_cover_every_known_error() -> None:
+    """match_known_error's cheap first test: every known error's literal holds one trigger word."""
+    from mbmem_lint.diagnose.known_errors import _NEEDLES, TRIGGERS
+
+    assert all(any(t in n for t in TRIGGERS) for n in _NEEDLES), [n for n in _NEEDLES if not any(t in n for t in TRIGGERS)]
+
+
 @pytest.mark.parametrize(("line", "code", "values"), [
     # megatron/core/parallel_state.py:823 (0.19.2)
     ("RuntimeError: world_size (12) is not divisible by 8", "MBM101", {"world_size": 12, "model_size": 8}),

@@ -23,6 +23,7 @@ class KnownError:
     codes: tuple[str, ...]
     pattern: re.Pattern[str]
     tag: str | None = None  # "REPO@TAG" (``Megatron-LM@core_v0.10.0``): where ``ref`` is, when not in the wheels
+    needle: str = ""  # a literal every matching line holds (``text`` unless that has source placeholders)
 
     def values(self, text: str) -> dict[str, int]:
         """The numbers the message holds (the pattern's named groups), as integers."""
@@ -35,8 +36,10 @@ class KnownError:
         return {k: v for k, v in out.items() if v is not None}
 
 
-def _entry(text: str, ref: str, *codes: str, pattern: str | None = None, tag: str | None = None) -> KnownError:
-    return KnownError(text, ref, codes, re.compile(pattern if pattern is not None else re.escape(text)), tag)
+def _entry(text: str, ref: str, *codes: str, pattern: str | None = None, tag: str | None = None,
+           needle: str | None = None) -> KnownError:
+    return KnownError(text, ref, codes, re.compile(pattern if pattern is not None else re.escape(text)), tag,
+                      needle if needle is not None else text.strip())
 
 
 KNOWN_ERRORS: tuple[KnownError, ...] = (
@@ -80,7 +83,7 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
            pattern=r"(?<!decoder )world_size \((?P<world_size>\d+)\) is not divisible by "
                    r"expert_tensor_model_pipeline_parallel size \((?P<expert_tensor_model_pipeline_parallel_size>\d+)\)"),
     _entry("decoder world_size ({decoder_world_size}) is not divisible by expert_tensor_model_pipeline_parallel size",
-           "megatron/core/parallel_state.py:651", "MBM101", tag="Megatron-LM@core_v0.10.0",
+           "megatron/core/parallel_state.py:651", "MBM101", tag="Megatron-LM@core_v0.10.0", needle="is not divisible by",
            pattern=r"decoder world_size \((?P<world_size>\d+)\) is not divisible by "
                    r"expert_tensor_model_pipeline_parallel size \((?P<expert_tensor_model_pipeline_parallel_size>\d+)\)"),
     _entry("is not divisible by tensor_model_parallel_size ",
@@ -89,7 +92,7 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
                    r"\((?P<tensor_model_parallel_size>\d+)\) x pipeline_model_parallel_size "
                    r"\((?P<pipeline_model_parallel_size>\d+)\)(?: x context_parallel_size \((?P<context_parallel_size>\d+)\))?"),
     _entry("is not divisible by expert_model_parallel_size ",
-           "megatron/core/parallel_state.py:444", "MBM101", tag="Megatron-LM@core_v0.8.0",
+           "megatron/core/parallel_state.py:444", "MBM101", tag="Megatron-LM@core_v0.8.0", needle="is not divisible by",
            pattern=r"data_parallel_size \((?P<data_parallel_size>\d+)\) is not divisible by expert_model_parallel_size"
                    r"(?! \()"),
     _entry("is not divisible by ",
@@ -104,7 +107,7 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
            pattern=r"num_query_groups \((?P<num_query_groups>\d+)\) must be a multiple or divisor of "
                    r"tensor_model_parallel_size \((?P<tensor_model_parallel_size>\d+)\)"),
     _entry("should be divisible by {config.pipeline_model_parallel_size=}",
-           "megatron/core/transformer/transformer_block.py:152", "MBM103",
+           "megatron/core/transformer/transformer_block.py:152", "MBM103", needle="should be divisible by",
            pattern=r"num_layers=(?P<num_layers>\d+) should be divisible by "
                    r"config\.pipeline_model_parallel_size=(?P<pipeline_model_parallel_size>\d+)"),
     # Start-up misconfigurations Transformer Engine reports (the same text in TE v2.4 :589 to HEAD :823): Megatron
@@ -119,8 +122,21 @@ KNOWN_ERRORS: tuple[KnownError, ...] = (
 _ANY = re.compile("|".join(f"(?:{re.sub(r'[(][?]P<[a-z_]+>', '(?:', e.pattern.pattern)})" for e in KNOWN_ERRORS))
 
 
+# Literal pieces every matching line holds, and short words that one of them is in (``tests/test_diagnose_failures.py``
+# checks the cover): nine substring tests reject almost every line of a log before any regex runs.
+_NEEDLES = tuple(dict.fromkeys(e.needle for e in KNOWN_ERRORS))
+TRIGGERS = ("offload", "recompute", "NCCL_GRAPH", "expandable_segments", "RNG tracker", "check_for_nan", "FSDP",
+            "divisible", "multiple")
+
+
 def match_known_error(text: str) -> KnownError | None:
-    """The known failure a log line shows, if any (one combined search first: most lines hold none)."""
+    """The known failure a log line shows, if any (trigger words first, then one combined search: most lines
+    hold none)."""
+    for word in TRIGGERS:
+        if word in text:
+            break
+    else:
+        return None
     if _ANY.search(text) is None:
         return None
     return next((e for e in KNOWN_ERRORS if e.pattern.search(text)), None)
