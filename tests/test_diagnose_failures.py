@@ -312,6 +312,7 @@ def test_fifo_and_device_are_refused_not_read(tmp_path: Path) -> None:
     for cmd in runs:
         res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
         assert res.returncode == 2 and "not a regular" in res.stderr and "Traceback" not in res.stderr, (cmd, res.stderr)
+    assert not (tmp_path / "pipe.lock").exists()  # nothing is written beside what is not a regular file
     (tmp_path / "pyproject.toml").write_text(f'[tool.mbmem-lint]\nmeasurements = "{fifo}"\n')
     res = subprocess.run([*exe, "estimate", fn], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert "not a regular measurements file" in res.stderr and "Traceback" not in res.stderr
@@ -456,3 +457,15 @@ def test_clean_log_exits_0_and_says_no_failure(tmp_path: Path) -> None:
     res = run_cli(["diagnose", str(log)])
     assert res.exit_code == 0 and "No failure found" in res.stdout
     assert diagnose(scan_logs([str(log)]), RunContext()) == []
+
+
+def test_append_writes_through_a_symlink(tmp_path: Path) -> None:
+    from mbmem_lint.diagnose import measurements as M
+
+    real = tmp_path / "shared" / "measurements.json"
+    real.parent.mkdir()
+    M.append(real, [_row(iteration=1)])
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    M.append(link, [_row(iteration=2)])
+    assert link.is_symlink() and [r["iteration"] for r in M.load(real)] == [1, 2]

@@ -171,7 +171,9 @@ def append(path: str | Path, rows: list[dict[str, Any]]) -> None:
         problem = row_problem(r)
         if problem is not None:
             raise MeasurementsError(f"new row {i}{problem}")
-    p = Path(path)
+    p = Path(os.path.realpath(path))  # a symlinked file is written through its link (the link stays a link)
+    if os.path.lexists(p) and not os.path.isfile(p):
+        load(p)  # raises: not a regular file (nothing is created beside a FIFO or a device)
     p.parent.mkdir(parents=True, exist_ok=True)
     with locked(p):
         existing = load(p)
