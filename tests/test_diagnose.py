@@ -274,6 +274,7 @@ def test_older_wordings_are_at_the_cited_release_lines() -> None:
     tagged = [e for e in KNOWN_ERRORS if e.tag is not None]
     assert tagged
     for e in tagged:
+        assert e.tag is not None
         repo, _, tag = e.tag.partition("@")
         git_dir = Path(MIRRORS[repo])
         if not git_dir.is_dir():

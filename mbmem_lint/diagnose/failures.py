@@ -219,14 +219,10 @@ class FatalEvent:
 class TracebackState:
     """One rank's Python traceback as its lines arrive (ranks interleave: one state per rank and file)."""
 
-    __slots__ = ("frame", "line", "lineno", "open", "explained")
+    __slots__ = ("frame",)
 
     def __init__(self) -> None:
-        self.open = False  # inside "Traceback (most recent call last):" ... until the exception line
-        self.frame: str | None = None
-        self.line = 0
-        self.lineno = 0
-        self.explained = False
+        self.frame: str | None = None  # the innermost frame so far
 
 
 def exception_line(text: str) -> tuple[str, str] | None:

@@ -382,7 +382,6 @@ class Scanner:
         self._tracebacks: dict[Who, TracebackState] = {}  # open tracebacks, by process
         self._terminating: dict[Who, FatalEvent] = {}  # "terminate called" waiting for its "what():" line
         self._elastic: dict[str, ElasticState] = {}  # ChildFailedError blocks being read, by file
-        self._explained: set[Who] = set()  # processes with a recognised failure
         self._fatal_candidates: list[tuple[Who, FatalEvent]] = []
         self._max_local = -1
         self._tasks_with_local = False
@@ -456,8 +455,6 @@ class Scanner:
                     self._cuda(line, {"start": m.start(), "error": "device-side assert triggered", "via": "cuda",
                                       "assertion": f"{m.group('at')}: {m.group('func')}: Assertion `{m.group('expr')}` failed"})
                     recognised = True
-        if recognised:
-            self._explained.add(_who(line))
         self._fatal(line, text, recognised)
         if recognised:
             return  # an error message quotes settings (the OOM's own expandable_segments advice): not the run's
@@ -503,7 +500,6 @@ class Scanner:
         glued = self._rank_at(line, begin)
         who = _who(line, glued)
         key = (who, fmt, tuple(sorted((k, repr(v)) for k, v in figures.items())))
-        self._explained.add(who)
         seen = self._oom_index.get(key)
         if seen is not None:
             seen.count += 1
@@ -525,7 +521,6 @@ class Scanner:
 
     def _known(self, line: LogLine, error: KnownError) -> None:
         who = _who(line)
-        self._explained.add(who)
         key = (who, error.ref)
         seen = self._known_index.get(key)
         if seen is not None:
@@ -547,7 +542,6 @@ class Scanner:
         if glued is not None:
             rank = glued
         who = _who(line, rank)
-        self._explained.add(who)
         key = (who, found["type"], found.get("seq"), found.get("collective"), found.get("nccl_error"),
                found.get("peer"), found.get("ib_status"))
         seen = self._comm_index.get(key)
@@ -591,7 +585,6 @@ class Scanner:
         start = found.pop("start")
         glued = self._rank_at(line, start)
         who = _who(line, glued)
-        self._explained.add(who)
         key = (who, found["error"])
         seen = self._cuda_index.get(key)
         if seen is not None:
@@ -609,11 +602,9 @@ class Scanner:
     # ------------------------------------------------------------------ fatal ends
     def _fatal(self, line: LogLine, text: str, recognised: bool) -> None:
         who = _who(line)
-        if recognised:
-            tb = self._tracebacks.pop(who, None)
+        if recognised:  # this process's traceback ends in a recognised message: nothing more to say about it
+            self._tracebacks.pop(who, None)
             self._terminating.pop(who, None)
-            if tb is not None:
-                tb.explained = True
             return
         if self._terminating:
             pending = self._terminating.pop(who, None)
