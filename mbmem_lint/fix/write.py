@@ -1,4 +1,5 @@
-"""Writing fixes to disk: atomic, mode-preserving, refusing files that changed since they were read.
+"""Writing fixes to disk: atomic where it can be, keeping links, mode and owner, refusing files that changed
+since they were read or are read-only.
 
 Nothing here prints; callers report the returned :class:`AppliedChange` list.
 """
@@ -15,7 +16,7 @@ from typing import Literal
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.fix.apply import EditConflict, apply_edits, plan_fixes, select_fixes
 from mbmem_lint.records import dataclass, field
-from mbmem_lint.sources import Sources
+from mbmem_lint.sources import SourceFile, Sources
 
 ChangeStatus = Literal["written", "refused", "failed"]
 
@@ -48,7 +49,8 @@ def fixable_here(d: Diagnostic, sources: Sources) -> bool:
 
 def atomic_write(path: str, text: str, *, mode: int | None = None) -> None:
     """Write ``text`` (UTF-8, newlines untouched) via a temp file in the same folder + ``os.replace``.
-    Keeps the existing file's permission bits (or sets ``mode``)."""
+    Keeps the existing file's permission bits (or sets ``mode``). For a new file (a patch); an existing
+    file the user's project holds is written with :func:`write_preserving`."""
     folder = os.path.dirname(os.path.abspath(path))
     if mode is None:
         try:
@@ -71,13 +73,87 @@ def atomic_write(path: str, text: str, *, mode: int | None = None) -> None:
         raise
 
 
-def _read_disk(path: str) -> str:
-    with open(path, encoding="utf-8", newline="") as fh:
+def write_preserving(path: str, data: bytes) -> None:
+    """Replace the content of the existing file at ``path`` with ``data``, keeping what the file is.
+
+    Through a symbolic link its target is written (the link stays a link). The file keeps its inode
+    properties: permission bits, owner and group, and its hard links. The new content goes to a temp
+    file in the target's folder (created exclusively, 0600), synced, given the file's mode (and owner,
+    when that is not the writer) and renamed over the target, so a crash leaves the old or the new
+    file, never half of one. A file with other hard links, or one whose owner the writer cannot give
+    the temp file (another user's file in a shared folder), or in a folder the writer cannot create
+    files in, is written in place instead: renaming would detach the other links or change the owner.
+    """
+    target = os.path.realpath(path)
+    st = os.stat(target)
+    if st.st_nlink > 1 or not _replace_keeping_inode_properties(target, data, st):
+        _write_in_place(target, data)
+
+
+def _replace_keeping_inode_properties(target: str, data: bytes, st: os.stat_result) -> bool:
+    """Rename a synced copy over ``target``; False (nothing changed) when the copy cannot have the
+    file's owner or cannot be created."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".mbmem-lint-", suffix=".tmp", dir=os.path.dirname(target))
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+            mine = os.fstat(fh.fileno())
+            if (mine.st_uid, mine.st_gid) != (st.st_uid, st.st_gid):
+                try:
+                    os.fchown(fh.fileno(), st.st_uid, st.st_gid)
+                except OSError:  # not permitted: the rename would hand the file to the writer
+                    os.unlink(tmp)
+                    return False
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))  # after the chown, which may clear set-id bits
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def _write_in_place(target: str, data: bytes) -> None:
+    fd = os.open(target, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.truncate()
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _read_disk(path: str) -> bytes:
+    with open(path, "rb") as fh:
         return fh.read()
 
 
+_BOM = "\ufeff"
+
+
+def _refusal(path: str, st: os.stat_result, disk: str, src: SourceFile) -> str | None:
+    """Why ``path`` (read as ``src``, now ``disk`` with status ``st``) must not be written, or None."""
+    if disk != src.text:
+        return "it changed since it was read"
+    if src.mtime_ns and st.st_mtime_ns != src.mtime_ns:
+        return "its modification time changed since it was read"
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is read-only (mode {mode:04o}): make it writable (chmod u+w) to apply fixes to it"
+    if not os.access(path, os.W_OK):
+        return f"you cannot write it (mode {mode:04o}, owner uid {st.st_uid})"
+    return None
+
+
 def apply_fixes_to_files(diagnostics: Iterable[Diagnostic], sources: Sources, unsafe: bool) -> ApplyResult:
-    """Apply the selected fixes (safe; unsafe too with ``unsafe``; never display-only)."""
+    """Apply the selected fixes (safe; unsafe too with ``unsafe``; never display-only).
+
+    A file is written only when its content and modification time are still those it was read with,
+    and when it is writable; its byte-order mark and line endings stay as they were."""
     selected = [d for d in select_fixes(diagnostics, unsafe=unsafe) if fixable_here(d, sources)]
     plan = plan_fixes(selected)
     result = ApplyResult(dropped=list(plan.dropped))
@@ -95,22 +171,23 @@ def apply_fixes_to_files(diagnostics: Iterable[Diagnostic], sources: Sources, un
         change.new_text = new_text
         try:
             st = os.stat(path)
-            disk = _read_disk(path)
+            disk = _read_disk(path).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             change.status, change.reason = "refused", f"cannot read it again: {exc}"
             continue
-        crlf = False
-        if disk != src.text:
-            if "\r\n" in disk and disk.replace("\r\n", "\n") == src.text:
-                crlf = True  # read with newline translation: keep the file's CRLF endings
-            else:
-                change.status, change.reason = "refused", "it changed since it was read"
-                continue
-        if src.mtime_ns and st.st_mtime_ns != src.mtime_ns:
-            change.status, change.reason = "refused", "its modification time changed since it was read"
+        bom = disk.startswith(_BOM) and not src.text.startswith(_BOM)  # read without it (utf-8-sig)
+        if bom:
+            disk = disk[len(_BOM):]
+        crlf = "\r\n" in disk and disk != src.text and disk.replace("\r\n", "\n") == src.text
+        if crlf:  # read with newline translation: keep the file's CRLF endings
+            disk = src.text
+        why = _refusal(path, st, disk, src)
+        if why is not None:
+            change.status, change.reason = "refused", why
             continue
+        out = new_text.replace("\n", "\r\n") if crlf else new_text
         try:
-            atomic_write(path, new_text.replace("\n", "\r\n") if crlf else new_text)
+            write_preserving(path, ((_BOM if bom else "") + out).encode("utf-8"))
         except OSError as exc:
             change.status, change.reason = "failed", str(exc)
     return result
