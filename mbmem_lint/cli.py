@@ -11,13 +11,23 @@ and that one command, not the whole tool. Shell completion is click's:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 
 import click
 
 from mbmem_lint import __version__
-from mbmem_lint.commands.common import CONTEXT_SETTINGS, EXIT_CLEAN, EXIT_FINDINGS, HELP_OPTIONS, PROG, echo
+from mbmem_lint.commands.common import (
+    CONTEXT_SETTINGS,
+    EXIT_CLEAN,
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    HELP_OPTIONS,
+    PROG,
+    echo,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -84,19 +94,52 @@ def main(argv: list[str] | None = None) -> int:
     _tune_gc()
     try:
         result: Any = cli.main(args or ["--help"], prog_name=PROG, standalone_mode=False)
+        sys.stdout.flush()  # a full disk or a gone reader shows here, not in the interpreter's exit
     except click.ClickException as exc:  # usage errors (exit 2) and the commands' input errors
-        exc.show()
+        with contextlib.suppress(OSError):
+            exc.show()
         return exc.exit_code
     except BrokenPipeError:
         # The reader went away (`mbmem-lint rules | head`): exit 1 quietly; point stdout at /dev/null
         # so the interpreter's final flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _detach_stdout()
         return EXIT_FINDINGS
+    except OSError as exc:
+        # `mbmem-lint check . > /dev/full`, or a file that failed under us: say what failed, exit 2.
+        if exc.filename is not None:
+            what = f"{exc.filename}: "
+        elif exc.errno in _OUTPUT_ERRNOS:
+            what = "cannot write the output: "
+        else:
+            what = ""
+        with contextlib.suppress(OSError):
+            echo(f"{PROG}: error: {what}{exc.strerror or exc}", err=True)
+        try:
+            sys.stdout.flush()
+        except OSError:  # what is left of the output cannot be written either
+            _detach_stdout()
+        return EXIT_ERROR
     except (click.Abort, KeyboardInterrupt, EOFError):
-        echo("\nAborted!", err=True)
+        with contextlib.suppress(OSError):
+            echo("\nAborted!", err=True)
         return EXIT_FINDINGS
     return result if isinstance(result, int) else EXIT_CLEAN
+
+
+# Errors of a write to a stream (no file name): full disk, quota, size limit, I/O error.
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _detach_stdout() -> None:
+    """Point the standard output at the null device, so that the buffered rest of a failed output is
+    dropped instead of failing once more at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (captured by a test): nothing to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def entry() -> None:
