@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import sys
 
@@ -96,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         result: Any = cli.main(args or ["--help"], prog_name=PROG, standalone_mode=False)
         sys.stdout.flush()  # a full disk or a gone reader shows here, not in the interpreter's exit
     except click.ClickException as exc:  # usage errors (exit 2) and the commands' input errors
+        shown = io.StringIO()
+        exc.show(file=shown)  # click's usage errors quote the arguments: escaped on the way out
         with contextlib.suppress(OSError):
-            exc.show()
+            echo(shown.getvalue(), err=True, nl=False)
         return exc.exit_code
     except BrokenPipeError:
         # The reader went away (`mbmem-lint rules | head`): exit 1 quietly; point stdout at /dev/null

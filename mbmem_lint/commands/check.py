@@ -95,7 +95,7 @@ def check(paths: tuple[str, ...], fmt: str | None, gpu: str | None, world_size: 
         text, n_fixes = render_fix_output(run.diagnostics, run.sources, mode=mode,  # type: ignore[arg-type]
                                           unsafe=unsafe_fixes, patch_file=patch_file)
         if text:
-            echo(text, nl=not text.endswith("\n"))
+            echo(text, nl=not text.endswith("\n"), raw=True)  # the patch: exact (its comments are escaped)
         if mode == "diff" and n_fixes:
             code = max(code, EXIT_FINDINGS)
         return code

@@ -31,16 +31,27 @@ class Failure(click.ClickException):
     exit_code = EXIT_ERROR
 
     def show(self, file: Any = None) -> None:
-        echo(f"{PROG}: error: {self.format_message()}", err=True)
+        text = f"{PROG}: error: {self.format_message()}\n"
+        if file is None:
+            echo(text, err=True, nl=False)
+        else:
+            file.write(text)
 
 
 def fail(message: str) -> NoReturn:
     raise Failure(message)
 
 
-def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+def echo(text: str, *, err: bool = False, nl: bool = True, raw: bool = False) -> None:
     """Write to the current ``sys.stdout``/``sys.stderr`` and flush (stdout and stderr stay in order
-    when both go to one pipe). Not ``click.echo``: reports write to ``sys.stdout`` directly too."""
+    when both go to one pipe). Not ``click.echo``: reports write to ``sys.stdout`` directly too.
+
+    The text is made inert (:func:`mbmem_lint.report.escape.printable_lines`: no control character, no
+    workflow command of an input) unless ``raw``: a patch, which ``git apply`` needs byte for byte."""
+    if not raw:
+        from mbmem_lint.report.escape import printable_lines
+
+        text = printable_lines(text)
     stream = sys.stderr if err else sys.stdout
     stream.write(text + "\n" if nl else text)
     stream.flush()

@@ -27,6 +27,8 @@ import difflib
 import os
 from pathlib import Path
 
+from mbmem_lint.report.escape import has_control
+
 NO_NEWLINE = "\\ No newline at end of file"
 
 
@@ -53,6 +55,28 @@ def repo_relative(path: str) -> str:
     return rel.as_posix()
 
 
+_GIT_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+                0x22: '\\"', 0x5C: "\\\\"}
+
+
+def git_path(path: str) -> str:
+    """``path`` as git writes it in a patch header: as it is, or C-quoted (``"a/evil\\n.py"``, bytes
+    outside ASCII as octal) when it holds a quote, a backslash, a control character or a byte that is
+    not UTF-8. ``git apply`` reads both; a raw line break would end the header line early."""
+    if '"' not in path and "\\" not in path and not has_control(path):
+        return path
+    out = []
+    for byte in path.encode("utf-8", "surrogateescape"):
+        escaped = _GIT_ESCAPES.get(byte)
+        if escaped is not None:
+            out.append(escaped)
+        elif byte < 0x20 or byte >= 0x7F:
+            out.append(f"\\{byte:03o}")
+        else:
+            out.append(chr(byte))
+    return '"' + "".join(out) + '"'
+
+
 def _with_eol_markers(lines: list[str]) -> list[str]:
     out: list[str] = []
     for ln in lines:
@@ -75,12 +99,11 @@ def unified_diff(old: str, new: str, rel_path: str, *, context: int = 3) -> str:
     b = new.split("\n")
     a_lines = [x + "\n" for x in a[:-1]] + ([a[-1]] if a[-1] else [])
     b_lines = [x + "\n" for x in b[:-1]] + ([b[-1]] if b[-1] else [])
-    body = list(
-        difflib.unified_diff(a_lines, b_lines, f"a/{rel_path}", f"b/{rel_path}", n=context, lineterm="\n")
-    )
+    old_name, new_name = git_path(f"a/{rel_path}"), git_path(f"b/{rel_path}")
+    body = list(difflib.unified_diff(a_lines, b_lines, old_name, new_name, n=context, lineterm="\n"))
     if not body:
         return ""
-    out = [f"diff --git a/{rel_path} b/{rel_path}\n"]
+    out = [f"diff --git {old_name} {new_name}\n"]
     # difflib writes the headers as "--- a/x\n"; hunks lines may lack "\n" at EOF.
     out.extend(body[:2])
     out.extend(_with_eol_markers(body[2:]))

@@ -1,4 +1,9 @@
-"""What ``check --fix`` / ``--fix --diff`` / ``--apply`` / ``--patch`` print: the CLI stays thin."""
+"""What ``check --fix`` / ``--fix --diff`` / ``--apply`` / ``--patch`` print: the CLI stays thin.
+
+The patch text is exact (``git apply`` reads it); every path and description in the lines around it
+goes through :func:`mbmem_lint.report.escape.printable`, and the diff headers quote unusual file
+names the way git does (:func:`mbmem_lint.fix.diff.unified_diff`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from mbmem_lint.fix.apply import EditConflict, apply_edits, plan_fixes, select_f
 from mbmem_lint.fix.diff import format_saving, quote_block, repo_relative, unified_diff
 from mbmem_lint.fix.write import apply_fixes_to_files, fixable_here, write_patch
 from mbmem_lint.records import dataclass, field
+from mbmem_lint.report.escape import printable
 from mbmem_lint.sources import Sources
 
 FixMode = Literal["diff", "fix", "apply"]
@@ -35,7 +41,7 @@ def _fix_line(d: Diagnostic) -> str:
     assert d.fix is not None
     saving = format_saving(d.fix.saving_bytes)
     extra = f", {saving}" if saving else ""
-    return f"#   {d.code} [{d.fix.applicability}{extra}] {d.fix.description} (line {d.location.line})\n"
+    return f"#   {d.code} [{d.fix.applicability}{extra}] {printable(d.fix.description)} (line {d.location.line})\n"
 
 
 def build_patch(diagnostics: Iterable[Diagnostic], sources: Sources, *, unsafe: bool) -> Patch:
@@ -59,13 +65,13 @@ def build_patch(diagnostics: Iterable[Diagnostic], sources: Sources, *, unsafe: 
         if not body:
             continue
         n = len(fixes)
-        out.append(f"# mbmem-lint: {rel}: {n} fix{'es' if n != 1 else ''}\n")
+        out.append(f"# mbmem-lint: {printable(rel)}: {n} fix{'es' if n != 1 else ''}\n")
         out.extend(_fix_line(d) for d in fixes)
         out.append(body)
         patch.applicable.extend(d for d in fixes if d not in patch.applicable)
     for d, why in plan.dropped:
         out.append(
-            f"# mbmem-lint: skipped {d.code} at {d.location.path}:{d.location.line} ({why}); "
+            f"# mbmem-lint: skipped {d.code} at {printable(d.location.path)}:{d.location.line} ({printable(why)}); "
             "run again after applying\n"
         )
     display = [d for d in diags if d.fix and d.fix.applicability == "display-only"]
@@ -89,7 +95,8 @@ def build_patch(diagnostics: Iterable[Diagnostic], sources: Sources, *, unsafe: 
         saving = format_saving(d.fix.saving_bytes)
         head = f"display-only {d.code}" + (f" ({saving})" if saving else "")
         out.append("#\n")
-        out.append(f"# mbmem-lint: {head}: {d.fix.description} [{d.location.path}:{d.location.line}]\n")
+        out.append(f"# mbmem-lint: {head}: {printable(d.fix.description)} "
+                   f"[{printable(d.location.path)}:{d.location.line}]\n")
         out.append(quote_block(body))
         patch.display_only.append(d)
     if patch.hidden_unsafe:
@@ -128,7 +135,7 @@ def render_fix_output(
     if mode == "diff":
         text = patch.text
         if patch_file is not None:
-            text += f"# mbmem-lint: wrote the patch to {patch_file}\n"
+            text += f"# mbmem-lint: wrote the patch to {printable(patch_file)}\n"
         return text, patch.n_fixes
     if mode == "fix":
         lines.append(patch.text)
@@ -151,25 +158,26 @@ def render_fix_output(
         else:
             lines.append("# mbmem-lint: no fixes available.\n")
         if patch_file is not None:
-            lines.append(f"# mbmem-lint: wrote the patch to {patch_file}\n")
+            lines.append(f"# mbmem-lint: wrote the patch to {printable(patch_file)}\n")
         return "".join(lines), patch.n_fixes
     result = apply_fixes_to_files(diags, sources, unsafe)
     n_written = 0
     for ch in result.changes:
         if ch.status == "written":
             n_written += len(ch.fixes)
-            lines.append(f"Fixed {ch.path} ({_plural(len(ch.fixes), 'fix')}):\n")
+            lines.append(f"Fixed {printable(ch.path)} ({_plural(len(ch.fixes), 'fix')}):\n")
             lines.extend(
-                f"  {d.code} {d.fix.description} (line {d.location.line})\n" for d in ch.fixes if d.fix
+                f"  {d.code} {printable(d.fix.description)} (line {d.location.line})\n" for d in ch.fixes if d.fix
             )
         else:
             lines.append(
-                f"Refused {ch.path}: {ch.reason}; nothing written to it. Re-run mbmem-lint.\n"
+                f"Refused {printable(ch.path)}: {printable(ch.reason)}; nothing written to it. Re-run mbmem-lint.\n"
                 if ch.status == "refused"
-                else f"Failed {ch.path}: {ch.reason}\n"
+                else f"Failed {printable(ch.path)}: {printable(ch.reason)}\n"
             )
     for d, why in result.dropped:
-        lines.append(f"Skipped {d.code} at {d.location.path}:{d.location.line}: {why}; run again.\n")
+        lines.append(f"Skipped {d.code} at {printable(d.location.path)}:{d.location.line}: {printable(why)}; "
+                     "run again.\n")
     if patch.hidden_unsafe:
         lines.append(f"{_plural(patch.hidden_unsafe, 'unsafe fix')} not applied (add --unsafe-fixes).\n")
     if patch.display_only:
@@ -178,7 +186,7 @@ def render_fix_output(
             "(see check --fix --diff).\n"
         )
     if patch_file is not None:
-        lines.append(f"Wrote the patch to {patch_file}\n")
+        lines.append(f"Wrote the patch to {printable(patch_file)}\n")
     if not lines:
         lines.append("No fixes to apply.\n")
     return "".join(lines), n_written

@@ -3,7 +3,10 @@
     ::error file=recipes/llama.py,line=12,endLine=12,col=5,endColumn=36,title=MBM201 (…)::message
 
 * Escaping follows actions/toolkit ``command.ts``: data ``%``→``%25``, ``\\r``→``%0D``,
-  ``\\n``→``%0A``; property values additionally ``:``→``%3A`` and ``,``→``%2C``.
+  ``\\n``→``%0A``; property values additionally ``:``→``%3A`` and ``,``→``%2C``. GitHub decodes
+  these, so a line break stays one (inside the annotation) and a file name stays exact. Every other
+  control character is escaped first (:func:`mbmem_lint.report.escape.escape_controls`): GitHub does
+  not decode those, and the runner's log shows them to a terminal-like viewer.
 * ``col``/``endColumn`` are only sent for single-line spans (GitHub rejects them otherwise).
 * GitHub shows at most 10 error, 10 warning and 10 notice annotations per step and silently drops
   the rest in print order. So errors go first, at most 10 of each severity are printed, and when
@@ -19,6 +22,7 @@ from typing import Any, TextIO
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.report.common import by_severity, plural, repo_path
+from mbmem_lint.report.escape import escape_controls
 from mbmem_lint.report.markdown import summary_markdown
 
 PER_STEP_LIMIT = 10  # per severity (GitHub: "10 error and 10 warning annotations per step")
@@ -27,7 +31,7 @@ _COMMAND = {"error": "error", "warning": "warning", "info": "notice"}
 
 
 def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return escape_controls(text, keep="\n\r").replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:

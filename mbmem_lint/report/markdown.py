@@ -1,5 +1,9 @@
 """Markdown for PR comments and the GitHub step summary: a findings table and memory-estimate
-tables (one per recipe, a bar of each pipeline stage against the GPU's usable memory)."""
+tables (one per recipe, a bar of each pipeline stage against the GPU's usable memory).
+
+Every value goes through :func:`cell` or :func:`_code`, which escape control characters
+(:mod:`mbmem_lint.report.escape`): ``--format markdown`` is printed, and the step summary is a file.
+A value's own line breaks are escaped; the tool's (a message, then its notes) become ``<br>``."""
 
 from __future__ import annotations
 
@@ -14,14 +18,15 @@ from mbmem_lint.report.common import (
     summarize,
     summary_sentence,
 )
+from mbmem_lint.report.escape import printable
 
 BAR_WIDTH = 20
 _SEVERITY_LABEL = {"error": "🔴 error", "warning": "🟡 warning", "info": "🔵 info"}
 
 
 def cell(text: str) -> str:
-    """Text safe inside a table cell: no raw HTML, no pipes, no line breaks."""
-    segments = text.split("`")
+    """Text safe inside a table cell: no raw HTML, no pipes, no line breaks, no control characters."""
+    segments = printable(text, keep="\n").split("`")
     if len(segments) % 2 == 0:  # unbalanced backtick: treat it literally
         segments = [text.replace("`", "\\`")]
     for i in range(0, len(segments), 2):  # outside code spans (entities are literal inside them)
@@ -32,7 +37,7 @@ def cell(text: str) -> str:
 
 def _code(text: str) -> str:
     """An inline code span (double backticks when the text holds one)."""
-    text = text.replace("|", "\\|").replace("\n", " ")
+    text = printable(text).replace("|", "\\|")
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
@@ -51,8 +56,8 @@ def findings_table(diagnostics: Iterable[Diagnostic], *, max_rows: int | None = 
         loc = d.location
         fix = "—"
         if d.fix is not None:
-            fix = f"{d.fix.applicability}: {cell(d.fix.description)}"
-        message = d.message if not d.notes else d.message + "\n" + "\n".join(d.notes)
+            fix = f"{d.fix.applicability}: {cell(printable(d.fix.description))}"
+        message = "\n".join(printable(part) for part in (d.message, *d.notes))
         lines.append(
             f"| {_SEVERITY_LABEL.get(d.severity, d.severity)} | {_code(d.code)} {cell(d.name)}"
             f" | {_code(f'{loc.path}:{loc.line}:{loc.column}')}"

@@ -7,6 +7,8 @@
   ``partialFingerprints["mbmemFingerprint/v1"]``: a hash of the rule, the file, the recipe
   function and the fields, so an alert survives lines moving around it.
 * fixes (safe and unsafe ones) as ``artifactChanges`` with character-offset replacements.
+* the log is written with :func:`mbmem_lint.report.escape.json_text`: valid UTF-8 whatever the file
+  names (an undecodable byte of a name is ``%XX`` in its URI).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import mbmem_lint
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.records import dataclass
 from mbmem_lint.report.common import ordered, repo_path
+from mbmem_lint.report.escape import json_text
 from mbmem_lint.sources import Sources
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -118,7 +121,7 @@ def artifact_uri(path: str, root: str | Path | None = None) -> str:
     rel = repo_path(path, root)
     if Path(rel).is_absolute():
         return Path(rel).as_uri()
-    return quote(rel, safe="/-._~")
+    return quote(rel, safe="/-._~", errors="surrogateescape")  # a name's undecodable bytes as %XX
 
 
 def fingerprint(d: Diagnostic) -> str:
@@ -127,7 +130,7 @@ def fingerprint(d: Diagnostic) -> str:
     parts = [d.code, d.location.path.replace("\\", "/"), d.function or "", ",".join(sorted(d.fields))]
     if not d.function and not d.fields:
         parts.append(d.message)
-    return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def _region(d: Diagnostic, sources: Sources | None) -> dict[str, int]:
@@ -268,10 +271,5 @@ def render_sarif(
     root: str | Path | None = None,
     bridge: Any = None,
 ) -> None:
-    json.dump(
-        build_sarif(diagnostics, rules=rules, sources=sources, root=root, bridge=bridge),
-        stream,
-        indent=2,
-        ensure_ascii=False,
-    )
-    stream.write("\n")
+    log = build_sarif(diagnostics, rules=rules, sources=sources, root=root, bridge=bridge)
+    stream.write(json_text(json.dumps(log, indent=2, ensure_ascii=False)) + "\n")

@@ -10,6 +10,9 @@
     Found 1 error in 1 file.
 
 Colour (ANSI) only when the stream is a TTY, ``NO_COLOR`` is unset, or ``color=True`` forces it.
+Every value and source line is printed through :mod:`mbmem_lint.report.escape` (no control character
+of an input reaches the terminal, no input starts a workflow command); the source excerpt keeps its
+tabs, and its carets follow the escaped text.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, TextIO
 
 from mbmem_lint.diagnostics import Diagnostic
 from mbmem_lint.report.common import ordered, summarize, summary_sentence
+from mbmem_lint.report.escape import printable
 from mbmem_lint.sources import Sources
 
 MAX_EXCERPT_LINES = 4
@@ -79,15 +83,19 @@ def _excerpt(d: Diagnostic, sources: Sources, style: _Style) -> list[str]:
     out = [gutter]
     for n in range(loc.line, shown_end + 1):
         text = lines[n - 1]
-        out.append(style(f"{n:>{width}} |", _BLUE, _BOLD) + (" " + text if text else ""))
+        shown = printable(text, keep="\t")
+        out.append(style(f"{n:>{width}} |", _BLUE, _BOLD) + (" " + shown if shown else ""))
         stripped = len(text) - len(text.lstrip())
         start = loc.column if n == loc.line else stripped + 1
         if n == end_line and loc.end_column is not None:
             stop = loc.end_column
         else:  # no end column, or a line before the last: to the end of the line
             stop = len(text.rstrip()) + 1
-        count = max(stop - start, 1)
-        out.append(gutter + " " + _underline_prefix(text, start) + style("^" * count, sev, _BOLD))
+        # Columns of the escaped line: an escaped control character shows as several.
+        before = printable(text[: max(start - 1, 0)], keep="\t")
+        marked = text[max(start - 1, 0) : max(stop - 1, 0)]
+        count = max(stop - start + len(printable(marked, keep="\t")) - len(marked), 1)
+        out.append(gutter + " " + _underline_prefix(before, len(before) + 1) + style("^" * count, sev, _BOLD))
     if shown_end < end_line:
         out.append(style(" " * width + " |", _BLUE, _BOLD) + f" ... ({end_line - shown_end} more lines)")
     return out
@@ -98,22 +106,22 @@ def format_diagnostic(d: Diagnostic, sources: Sources, *, color: bool = False) -
     loc = d.location
     sev = _SEVERITY_COLOR.get(d.severity, "")
     head = (
-        style(f"{loc.path}:{loc.line}:{loc.column}:", _BOLD)
+        style(f"{printable(loc.path)}:{loc.line}:{loc.column}:", _BOLD)
         + " "
         + style(d.code, sev, _BOLD)
         + " "
         + style(f"[{d.severity}]", sev)
         + " "
-        + d.message
+        + printable(d.message)
     )
     lines = [head]
     lines.extend(_excerpt(d, sources, style))
     if d.function:
-        lines.append(style("   = ", _BLUE, _BOLD) + f"in recipe: {d.function}")
+        lines.append(style("   = ", _BLUE, _BOLD) + f"in recipe: {printable(d.function)}")
     for note in d.notes:
         first, *rest = note.splitlines() or [""]
-        lines.append(style("   = ", _BLUE, _BOLD) + style("note:", _BOLD) + " " + first)
-        lines.extend("         " + r for r in rest)
+        lines.append(style("   = ", _BLUE, _BOLD) + style("note:", _BOLD) + " " + printable(first))
+        lines.extend("         " + printable(r) for r in rest)
     if d.fix is not None:
         saving = ""
         if d.fix.saving_bytes:
@@ -121,7 +129,7 @@ def format_diagnostic(d: Diagnostic, sources: Sources, *, color: bool = False) -
         lines.append(
             style("   = ", _BLUE, _BOLD)
             + style("help:", _BOLD)
-            + f" {d.fix.description} ({d.fix.applicability} fix{saving})"
+            + f" {printable(d.fix.description)} ({d.fix.applicability} fix{saving})"
         )
     return "\n".join(lines)
 
@@ -144,4 +152,4 @@ def render_text(
     style = _Style(enabled)
     stream.write(style(summary, _BOLD) + "\n")
     if bridge is not None:
-        stream.write(f"Linted against {bridge.describe()}\n")
+        stream.write(f"Linted against {printable(bridge.describe())}\n")
