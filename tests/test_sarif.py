@@ -312,3 +312,34 @@ def test_real_catalog_and_cli_output_pass_validator(multitool: list[str], tmp_pa
     assert schema_errors(log) == []
     errors = [p["_text"] for p in validate_with_multitool(multitool, path) if p.get("level") == "error"]
     assert errors == []
+
+
+def test_uris_resolve_against_srcroot_from_any_folder(tmp_path: Path) -> None:
+    """``%SRCROOT%`` is where the relative URIs start (the working folder), so code scanning finds the
+    files when the check ran in a subfolder of the checkout; a file outside it has an absolute URI and
+    no base (SARIF 2.1.0 §3.4.4)."""
+    from urllib.parse import urljoin
+
+    from cli_run import run_cli
+
+    recipe = (ROOT / "fixtures" / "recipes" / "bad" / "llama3_70b_offload.py").read_text(encoding="utf-8")
+    sub = tmp_path / "repo" / "training"
+    (sub / "recipes").mkdir(parents=True)
+    (sub / "recipes" / "bad recipe.py").write_text(recipe, encoding="utf-8")
+    outside = tmp_path / "elsewhere.py"
+    outside.write_text(recipe, encoding="utf-8")
+    result = run_cli(["check", "--format", "sarif", "recipes", str(outside)], cwd=sub)
+    assert result.exit_code == 1, result.stderr
+    run = json.loads(result.stdout)["runs"][0]
+    base = run["originalUriBaseIds"]["%SRCROOT%"]["uri"]
+    assert base == sub.resolve().as_uri() + "/"
+    seen = set()
+    for r in run["results"]:
+        location = r["locations"][0]["physicalLocation"]["artifactLocation"]
+        if "uriBaseId" in location:
+            assert location["uriBaseId"] == "%SRCROOT%"
+            seen.add(urljoin(base, location["uri"]))
+        else:
+            seen.add(location["uri"])
+    assert seen == {(sub / "recipes" / "bad recipe.py").resolve().as_uri(), outside.resolve().as_uri()}
+    assert schema_errors(json.loads(result.stdout)) == []

@@ -2,11 +2,13 @@
 
 * ``tool.driver``: name, version, informationUri and every rule of the catalog (id, name, short
   and full description, help with the rule doc as text and Markdown, default level).
-* results: ruleId/ruleIndex/level/message, one physical location (repository-relative URI with
-  forward slashes, 1-based region; columns in Unicode code points, ``columnKind`` says so) and
+* results: ruleId/ruleIndex/level/message, one physical location (URI relative to ``%SRCROOT%``
+  with forward slashes, 1-based region; columns in Unicode code points, ``columnKind`` says so) and
   ``partialFingerprints["mbmemFingerprint/v1"]``: a hash of the rule, the file, the recipe
   function and the fields, so an alert survives lines moving around it.
 * fixes (safe and unsafe ones) as ``artifactChanges`` with character-offset replacements.
+* ``originalUriBaseIds``: ``%SRCROOT%`` is the folder the relative URIs are relative to (``root``,
+  default the working folder), as a ``file://`` URI: code scanning maps it onto the checkout.
 * the log is written with :func:`mbmem_lint.report.escape.json_text`: valid UTF-8 whatever the file
   names (an undecodable byte of a name is ``%XX`` in its URI).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +35,7 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL_NAME = "mbmem-lint"
 INFORMATION_URI = "https://pypi.org/project/mbmem-lint/"
 FINGERPRINT_KEY = "mbmemFingerprint/v1"
+SRCROOT = "%SRCROOT%"  # the URI base of every relative artifact location
 _LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 _PROBLEM_SEVERITY = {"error": "error", "warning": "warning", "info": "recommendation"}
 _MAX_DESCRIPTION = 1024  # GitHub: shortDescription/fullDescription text
@@ -124,6 +128,14 @@ def artifact_uri(path: str, root: str | Path | None = None) -> str:
     return quote(rel, safe="/-._~", errors="surrogateescape")  # a name's undecodable bytes as %XX
 
 
+def artifact_location(path: str, root: str | Path | None = None) -> dict[str, str]:
+    """``{"uri", "uriBaseId"}``: relative to ``%SRCROOT%`` (the run's ``originalUriBaseIds`` says where
+    that is), or an absolute ``file://`` URI alone for a file outside it (SARIF 2.1.0 §3.4.4: no base
+    for an absolute URI)."""
+    uri = artifact_uri(path, root)
+    return {"uri": uri} if uri.startswith("file:") else {"uri": uri, "uriBaseId": SRCROOT}
+
+
 def fingerprint(d: Diagnostic) -> str:
     """Stable across line moves: rule, file, recipe function, fields (message only when there is
     neither a function nor a field to tell findings apart)."""
@@ -167,7 +179,7 @@ def _fix(d: Diagnostic, root: str | Path | None) -> list[dict[str, Any]]:
             "description": {"text": f"{d.fix.description} ({d.fix.applicability})"},
             "artifactChanges": [
                 {
-                    "artifactLocation": {"uri": artifact_uri(p, root), "uriBaseId": "%SRCROOT%"},
+                    "artifactLocation": artifact_location(p, root),
                     "replacements": reps,
                 }
                 for p, reps in changes.items()
@@ -223,10 +235,7 @@ def build_sarif(
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {
-                            "uri": artifact_uri(d.location.path, root),
-                            "uriBaseId": "%SRCROOT%",
-                        },
+                        "artifactLocation": artifact_location(d.location.path, root),
                         "region": _region(d, sources),
                     },
                     **(
@@ -257,8 +266,10 @@ def build_sarif(
     }
     if bridge is not None:
         run["properties"] = {"megatron_bridge": bridge.to_json()}
-    if root is not None:
-        run["originalUriBaseIds"] = {"%SRCROOT%": {"uri": Path(root).resolve().as_uri() + "/"}}
+    # What the relative URIs are relative to, so that code scanning finds the files from any folder
+    # of any checkout (`mbmem-lint check .` run in a subfolder of the repository included).
+    base = Path(root) if root is not None else Path(os.getcwd())
+    run["originalUriBaseIds"] = {SRCROOT: {"uri": base.resolve().as_uri() + "/"}}
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
