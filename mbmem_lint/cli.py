@@ -1,7 +1,8 @@
 """The ``mbmem-lint`` command line, on click. ``check`` is the default command: ``mbmem-lint recipes/``.
 
 Exit codes: 0 clean, 1 findings at or above the fail level (or fixes shown with ``--diff``),
-2 usage or input errors (missing paths, bad configuration, unknown GPU).
+2 usage or input errors (missing paths, bad configuration, unknown GPU) and an output that cannot be
+written (a full disk).
 
 Each command lives in its own module under ``mbmem_lint/commands/`` and is imported only when it
 runs (or when help or shell completion lists it), so ``--version`` and a one-file check load click
