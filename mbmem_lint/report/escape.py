@@ -34,7 +34,6 @@ _OTHER_CONTROLS = "\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _COMMAND = "##["  # the runner's older command form, recognised anywhere in a line
 _COMMAND_ESCAPED = "##\\u005b"
-_CONTROL = re.compile(f"[\x00-\x1f{_OTHER_CONTROLS}]")
 
 
 def _escape_char(ch: str) -> str:
@@ -66,7 +65,7 @@ def _escaper(keep: str, commands: bool) -> Callable[[str], str]:
         if s == _COMMAND:
             return _COMMAND_ESCAPED
         if s.endswith("::"):  # a line's leading whitespace (its controls escaped), then the colons
-            lead = "".join(_escape_char(ch) if ch not in keep and _CONTROL.match(ch) else ch for ch in s[:-2])
+            lead = "".join(_escape_char(ch) if ch not in keep and _is_control(ch) else ch for ch in s[:-2])
             return lead + "\\u003a:"
         return _escape_char(s)
 
@@ -77,31 +76,58 @@ def _escaper(keep: str, commands: bool) -> Callable[[str], str]:
     return escape
 
 
+def _is_control(ch: str) -> bool:
+    code = ord(ch)
+    return (code < 0x20 or 0x7F <= code <= 0x9F or code in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029)
+            or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069 or 0xD800 <= code <= 0xDFFF)
+
+
 def has_control(text: str) -> bool:
     """Whether ``text`` holds a character :func:`printable` escapes as a control character."""
-    return _CONTROL.search(text) is not None
+    return not text.isprintable() and any(_is_control(ch) for ch in text)
+
+
+def _plain(text: str, keep: str) -> bool:
+    """No control character outside ``keep`` (a superset of them: ``str.isprintable`` is also false
+    for other format and space characters, which the regular expression then looks at). A check at C
+    speed, so that ordinary output compiles no regular expression."""
+    for ch in keep:
+        text = text.replace(ch, "")
+    return text.isprintable()
+
+
+def _inert(text: str, keep: str) -> bool:
+    """Nothing to escape: no control character (outside ``keep``), no ``##[``, no line that starts
+    with ``::``."""
+    if not _plain(text, keep) or "##[" in text:
+        return False
+    if "::" not in text:
+        return True
+    lines = text.split("\n") if "\n" in keep else (text,)
+    return not any(line.lstrip().startswith("::") for line in lines)
 
 
 def printable(text: str, *, keep: str = "") -> str:
     """``text`` as one inert line: every control character escaped (but those in ``keep``, a subset
     of ``"\\n\\r\\t"``, which the caller encodes itself), ``##[`` and a leading ``::`` neutralised."""
-    return _escaper(keep, True)(text)
+    return text if _inert(text, keep) else _escaper(keep, True)(text)
 
 
 def escape_controls(text: str, *, keep: str = "") -> str:
     """``text`` with its control characters escaped (but those in ``keep``), nothing else changed: for
     the parts of a workflow command, which GitHub reads as data and must match file names exactly."""
-    return _escaper(keep, False)(text)
+    return text if _plain(text, keep) else _escaper(keep, False)(text)
 
 
 def printable_lines(text: str) -> str:
     """A text of many lines (composed by the tool, holding values) made inert: newlines and tabs
     kept, every other control character escaped, ``##[`` and each line's leading ``::`` neutralised."""
-    return _escaper("\n\t", True)(text)
+    return text if _inert(text, "\n\t") else _escaper("\n\t", True)(text)
 
 
-# JSON escapes C0 controls itself; these it leaves raw (with ensure_ascii=False).
-_JSON_RAW = re.compile(r"[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]|##\[")
+# JSON escapes C0 controls itself; these it leaves raw (with ensure_ascii=False). A pattern string: `re`
+# compiles it on first use (and caches it), so a run whose output needs none of this compiles nothing.
+_JSON_RAW = r"[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]|##\["
 
 
 def _json_escape(m: re.Match[str]) -> str:
@@ -113,4 +139,6 @@ def json_text(serialised: str) -> str:
     """A JSON document (``json.dumps(..., ensure_ascii=False)``) with the characters JSON leaves raw
     written as ``\\u`` escapes: the document reads back to the same values (a lone surrogate of an
     undecodable file name included: ``os.fsencode`` turns it back into the byte) and is valid UTF-8."""
-    return _JSON_RAW.sub(_json_escape, serialised) if _JSON_RAW.search(serialised) else serialised
+    if _plain(serialised, "\n") and "##[" not in serialised:  # indented JSON: spaces and newlines only
+        return serialised
+    return re.sub(_JSON_RAW, _json_escape, serialised)
